@@ -1,0 +1,23 @@
+# hvd_gradpart: `make demo` runs the main job, `make test` the tests; both set up first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.setup-done
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+
+.PHONY: setup demo test bench clean
+
+setup: $(STAMP)
+
+$(STAMP): scripts/setup.sh constraints.txt setup.py
+	bash scripts/setup.sh
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest tests -q -rs
+
+demo: setup
+	bash scripts/demo.sh
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

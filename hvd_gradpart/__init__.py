@@ -1,0 +1,8 @@
+"""hvd_gradpart: adaptive gradient-partition compression for Horovod + TensorFlow."""
+from hvd_gradpart.compressors import (COMPRESSORS, GradPartCompressor, SparseCompressor,
+                                      TopKCompressor, get_compressor)
+from hvd_gradpart.metrics import MetricsCallback, snapshot, summary
+
+__all__ = ["COMPRESSORS", "GradPartCompressor", "SparseCompressor", "TopKCompressor", "get_compressor",
+           "MetricsCallback", "snapshot", "summary"]
+__version__ = "0.1.0"

@@ -1,0 +1,29 @@
+"""Registry of compression methods, by name."""
+from horovod.tensorflow.compression import Compression
+
+from hvd_gradpart.compressors.base import SparseCompressor
+from hvd_gradpart.compressors.gradpart import GradPartCompressor
+from hvd_gradpart.compressors.topk import TopKCompressor
+
+COMPRESSORS = {
+    "none": Compression.none,
+    "fp16": Compression.fp16,
+    "topk": TopKCompressor,
+    "gradpart": GradPartCompressor,
+}
+
+
+def get_compressor(name, **kwargs):
+    """The compressor registered as ``name``, configured with ``kwargs``.
+
+    Horovod's own ``none`` and ``fp16`` take no arguments and are returned as
+    classes; sparse methods return an instance.
+    """
+    if name not in COMPRESSORS:
+        raise ValueError(f"unknown compressor {name!r}; choose from {sorted(COMPRESSORS)}")
+    method = COMPRESSORS[name]
+    if not issubclass(method, SparseCompressor):
+        if kwargs:
+            raise ValueError(f"compressor {name!r} takes no options, got {sorted(kwargs)}")
+        return method
+    return method(**kwargs)

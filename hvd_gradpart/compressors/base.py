@@ -1,0 +1,116 @@
+"""Base class of every sparse method: a selection rule on the shared exchange.
+
+A subclass implements ``select`` (and, when it needs them, ``state_spec``,
+``accumulate`` and ``after_send``); error feedback, the exchange, the
+marker and the accounting are done here, once, for all methods.
+"""
+import tensorflow as tf
+from horovod.tensorflow.compression import Compressor
+
+from hvd_gradpart import exchange
+from hvd_gradpart.memory import Memory
+
+SPARSE_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+
+
+class _OnDefaultInstance:
+    """Method descriptor: ``Cls.method(...)`` runs on ``Cls.instance()``.
+
+    Horovod calls ``compression.compress(t)`` on whatever it was given, so a
+    class (``compression=TopKCompressor``) must behave like an instance with
+    default settings.
+    """
+
+    def __init__(self, fn):
+        self.fn = tf.autograph.experimental.do_not_convert(fn)
+        self.__doc__ = fn.__doc__
+
+    def __get__(self, obj, cls):
+        return self.fn.__get__(cls.instance() if obj is None else obj, cls)
+
+
+class SparseCompressor(Compressor, tf.Module):
+    """Error-feedback sparsification behind Horovod's ``Compressor`` API.
+
+    Args:
+        min_elements: tensors with fewer elements go through Horovod's dense
+            allreduce untouched (sparsifying them saves nothing).
+        value_encoding: "native" sends values in the gradient's dtype,
+            "fp16" in float16 (the rounding error stays in the residual).
+    """
+
+    _defaults = {}
+
+    def __init__(self, min_elements=1024, value_encoding="native"):
+        tf.Module.__init__(self, name=type(self).__name__)
+        if not isinstance(min_elements, int) or min_elements < 0:
+            raise ValueError(f"min_elements must be an int >= 0, got {min_elements!r}")
+        exchange.wire_dtype(tf.float32, value_encoding)
+        self.min_elements = min_elements
+        self.value_encoding = value_encoding
+        self.memory = Memory()
+
+    @classmethod
+    def instance(cls):
+        """The default-configured instance used when the class itself is passed."""
+        if cls not in SparseCompressor._defaults:
+            SparseCompressor._defaults[cls] = cls()
+        return SparseCompressor._defaults[cls]
+
+    # Hooks for subclasses -------------------------------------------------
+
+    def state_spec(self):
+        """Extra per-gradient variables: ``{name: init(n, dtype) -> tensor}``."""
+        return {}
+
+    def accumulate(self, slot, grad):
+        """What may be sent this step; default error feedback ``g + r``."""
+        return grad + slot.residual
+
+    def select(self, acc, grad, slot):
+        """Returns ``(int32 indices, diagnostics dict)`` of elements to send.
+
+        Args:
+            acc: accumulated flat values (``accumulate``'s result).
+            grad: this step's fresh flat gradient.
+            slot: the gradient's ``Slot`` (for per-method state).
+        """
+        raise NotImplementedError
+
+    def after_send(self, slot, indices):
+        """Updates per-method state once ``indices`` were sent."""
+
+    # Horovod's Compressor API ---------------------------------------------
+
+    def sparsifies(self, tensor):
+        """Whether ``tensor`` goes through the sparse exchange."""
+        n = tensor.shape.num_elements()
+        return tensor.dtype in SPARSE_DTYPES and n is not None and n >= max(self.min_elements, 1)
+
+    @_OnDefaultInstance
+    def compress(self, tensor):
+        """Selects, updates the residual, gathers; returns ``(marker, ctx)``."""
+        if not self.sparsifies(tensor):
+            return tensor, None
+        slot = self.memory.slot(tensor, self.state_spec())
+        n = tensor.shape.num_elements()
+        grad = tf.reshape(tensor, [-1])
+        acc = self.accumulate(slot, grad)
+        indices, diagnostics = self.select(acc, grad, slot)
+        encoded = exchange.encode(tf.gather(acc, indices), indices, self.value_encoding)
+        slot.residual.assign(tf.tensor_scatter_nd_sub(acc, indices[:, None], encoded.sent))
+        self.after_send(slot, indices)
+        k = tf.size(indices)
+        slot.metrics.record(
+            elements=n, dense_bytes=n * tensor.dtype.size, sent_elements=k,
+            sent_bytes=exchange.payload_bytes(k, tensor.dtype, self.value_encoding), **diagnostics)
+        total = exchange.allgather_sum(encoded, n, tensor.dtype, self.value_encoding)
+        return exchange.marker(), (total, tensor.shape)
+
+    @_OnDefaultInstance
+    def decompress(self, tensor, ctx):
+        """Scales the gathered sum by the reduced marker; dense passes through."""
+        if ctx is None:
+            return tensor
+        total, shape = ctx
+        return exchange.apply_marker(total, tensor, shape)

@@ -1,0 +1,119 @@
+"""GradPart: adaptive compression by gradient partition and entropy thresholds.
+
+Each step, per gradient (formulas and their derivation in docs/algorithm.md):
+
+1. fit GG(mu, alpha, beta) to a strided sample of the fresh gradient
+   (Gaussian, Laplace or generalized, by likelihood), then predict this
+   step's parameters as an EMA over steps;
+2. partition: key area where the fresh gradient is beyond the boundary at
+   which self-information equals entropy, sparse area elsewhere;
+3. per area A of size n_A, send accumulated values with
+   ``|a| > alpha * (1/beta + log n_A + margin) ** (1/beta)`` (more
+   information than a typical value by the cost of coding a position in A);
+4. keep density within [floor, ceiling] with exact top-k only when a guard
+   trips; everything unsent stays in the residual.
+"""
+import math
+
+import tensorflow as tf
+
+from hvd_gradpart import entropy, partition, stats
+from hvd_gradpart.compressors.base import SparseCompressor
+
+_SCALAR = lambda value: (lambda n, dtype: tf.constant(value, tf.float64))
+
+
+class GradPartCompressor(SparseCompressor):
+    """Adaptive gradient-partition compressor; no argument needs setting.
+
+    Args:
+        sample_size: elements sampled (strided) per fit; bounds its cost.
+        prediction_decay: EMA weight of the previous step's parameters.
+        margin: extra nats an element's information must exceed.
+        density_floor: least fraction sent per tensor per step.
+        density_ceiling: most fraction sent per tensor per step.
+        fit: ablation switch; False fixes the family to Gaussian.
+        partition: ablation switch; False uses one area for the tensor.
+        entropy: ablation switch; False sends a fixed tail fraction
+            ``fixed_density`` of the fitted distribution instead.
+        predict: ablation switch; False uses each step's own fit.
+        fixed_density: tail fraction used when ``entropy`` is False.
+        **kwargs: see ``SparseCompressor``.
+    """
+
+    def __init__(self, sample_size=4096, prediction_decay=0.9, margin=0.0,
+                 density_floor=1e-4, density_ceiling=0.02, fit=True, partition=True,
+                 entropy=True, predict=True, fixed_density=1e-3, **kwargs):
+        super().__init__(**kwargs)
+        _check("sample_size", sample_size, isinstance(sample_size, int) and sample_size >= 16, "an int >= 16")
+        _check("prediction_decay", prediction_decay, 0.0 <= prediction_decay < 1.0, "in [0, 1)")
+        _check("margin", margin, math.isfinite(margin) and margin >= 0.0, "finite and >= 0")
+        _check("density_floor", density_floor, 0.0 <= density_floor <= 1.0, "in [0, 1]")
+        _check("density_ceiling", density_ceiling, density_floor <= density_ceiling <= 1.0,
+               "in [density_floor, 1]")
+        _check("fixed_density", fixed_density, 0.0 < fixed_density < 1.0, "in (0, 1)")
+        self.sample_size = sample_size
+        self.prediction_decay = prediction_decay if predict else 0.0
+        self.margin = margin
+        self.density_floor = density_floor
+        self.density_ceiling = density_ceiling
+        self.use_fit, self.use_partition, self.use_entropy = fit, partition, entropy
+        self.fixed_density = fixed_density
+
+    def state_spec(self):
+        return {"mu": _SCALAR(0.0), "alpha": _SCALAR(1.0), "beta": _SCALAR(2.0), "steps": _SCALAR(0.0)}
+
+    def predicted_fit(self, grad, slot):
+        """This step's fit of the fresh gradient, blended with the previous ones."""
+        sample = stats.strided_sample(grad, self.sample_size)
+        current = stats.fit(sample, None if self.use_fit else stats.GAUSSIAN)
+        s = slot.state
+        previous = stats.Fit(s["mu"], s["alpha"], s["beta"], current.family)
+        fit = stats.predict(previous, current, s["steps"], self.prediction_decay)
+        s["mu"].assign(fit.mu)
+        s["alpha"].assign(fit.alpha)
+        s["beta"].assign(fit.beta)
+        s["steps"].assign_add(tf.constant(1.0, tf.float64))
+        return fit
+
+    def area_threshold(self, fit, size):
+        """One area's threshold: entropy rule, or fixed tail when ablated."""
+        if not self.use_entropy:
+            return entropy.tail_threshold(fit, self.fixed_density)
+        return entropy.threshold(fit, entropy.position_cost(size) + self.margin)
+
+    def thresholds(self, grad, fit):
+        """Per-element threshold tensor and the per-area diagnostics."""
+        n = grad.shape.num_elements()
+        if not self.use_partition:
+            tau = self.area_threshold(fit, n)
+            return tf.cast(tau, grad.dtype), {"key_size": 0, "tau_key": tau, "tau_sparse": tau}
+        areas = partition.partition(grad, fit)
+        tau_key = self.area_threshold(fit, areas.key_size)
+        tau_sparse = self.area_threshold(fit, areas.sparse_size)
+        tau = tf.where(areas.key, tf.cast(tau_key, grad.dtype), tf.cast(tau_sparse, grad.dtype))
+        return tau, {"key_size": areas.key_size, "tau_key": tau_key, "tau_sparse": tau_sparse}
+
+    def select(self, acc, grad, slot):
+        fit = self.predicted_fit(grad, slot)
+        tau, diagnostics = self.thresholds(grad, fit)
+        magnitude = tf.abs(acc)
+        indices = tf.cast(tf.where(magnitude > tau)[:, 0], tf.int32)
+        indices = self.guard(magnitude, indices)
+        diagnostics.update(family=fit.family, mu=fit.mu, alpha=fit.alpha, beta=fit.beta)
+        return indices, diagnostics
+
+    def guard(self, magnitude, indices):
+        """Exact top-k at the floor or ceiling when the density leaves them."""
+        n = magnitude.shape.num_elements()
+        low = min(n, max(1, math.ceil(self.density_floor * n))) if self.density_floor > 0 else 0
+        high = max(low, math.floor(self.density_ceiling * n))
+        top = lambda k: lambda: tf.math.top_k(magnitude, k=k, sorted=False).indices
+        count = tf.size(indices)
+        return tf.case([(count < low, top(low)), (count > high, top(high))],
+                       default=lambda: indices)
+
+
+def _check(name, value, ok, valid):
+    if not ok:
+        raise ValueError(f"GradPartCompressor: {name} must be {valid}, got {value!r}")

@@ -1,0 +1,105 @@
+"""Sparse exchange behind Horovod's stock ``Compressor`` API.
+
+Every sparse method ends here. A rank's selection (values and int32 indices)
+is packed into one ``uint8`` payload of shape ``[1 + k, 4 + value_bytes]``:
+one row per element (index bytes, then value bytes) after a header row whose
+index field is ``-(k + 1)``. The header means no rank ever hands Horovod an
+empty tensor, even when it selected nothing; its negative index makes
+``unsorted_segment_sum`` drop it while decoding. One ``hvd.allgather`` moves
+every rank's payload; each rank decodes all of them in rank order into the
+same dense sum, so ranks stay bit-identical.
+
+Horovod's own allreduce then runs on a one-element *marker* of ones. It comes
+back as ``N * prescale * postscale`` for ``Sum`` and ``prescale * postscale``
+for ``Average``, so ``sum * marker / N`` is exactly the reduction the caller
+asked for (``Average``, ``Sum``, pre/postscale, ``gradient_predivide_factor``).
+"""
+from typing import NamedTuple
+
+import horovod.tensorflow as hvd
+import tensorflow as tf
+
+INDEX_BYTES = 4
+MARKER_DTYPE = tf.float32
+ENCODINGS = ("native", "fp16")
+
+
+class Encoded(NamedTuple):
+    """One rank's packed selection.
+
+    Attributes:
+        payload: ``uint8 [1 + k, row_width]`` tensor for ``hvd.allgather``.
+        sent: the selected values as every receiver decodes them, in the
+            gradient's dtype; what encoding rounded off stays in the residual.
+    """
+
+    payload: tf.Tensor
+    sent: tf.Tensor
+
+
+def wire_dtype(dtype, encoding="native"):
+    """The dtype values travel in: the gradient's own, or float16."""
+    if encoding not in ENCODINGS:
+        raise ValueError(f"value_encoding must be one of {ENCODINGS}, got {encoding!r}")
+    return tf.float16 if encoding == "fp16" else tf.as_dtype(dtype)
+
+
+def row_width(dtype, encoding="native"):
+    """Bytes per selected element on the wire: index plus value."""
+    return INDEX_BYTES + wire_dtype(dtype, encoding).size
+
+
+def payload_bytes(k, dtype, encoding="native"):
+    """Bytes one rank sends for ``k`` elements: rows, header and marker."""
+    return (k + 1) * row_width(dtype, encoding) + MARKER_DTYPE.size
+
+
+def _as_bytes(x):
+    """``[k]`` tensor -> ``[k, itemsize]`` uint8."""
+    return tf.reshape(tf.bitcast(x, tf.uint8), [-1, x.dtype.size])
+
+
+def _from_bytes(raw, dtype):
+    """``[k, itemsize]`` uint8 -> ``[k]`` tensor of ``dtype``."""
+    return tf.bitcast(raw, dtype)
+
+
+def encode(values, indices, encoding="native"):
+    """Packs ``values`` found at int32 ``indices`` into one payload."""
+    wire = wire_dtype(values.dtype, encoding)
+    on_wire = tf.cast(values, wire)
+    header = -1 - tf.size(indices, out_type=tf.int32)
+    index_col = tf.concat([[header], indices], 0)
+    value_col = tf.concat([tf.zeros([1], wire), on_wire], 0)
+    payload = tf.concat([_as_bytes(index_col), _as_bytes(value_col)], 1)
+    return Encoded(payload, tf.cast(on_wire, values.dtype))
+
+
+def decode_sum(gathered, n, dtype, encoding="native"):
+    """Scatter-adds every rank's gathered rows into a dense ``[n]`` sum.
+
+    Half-precision values are summed in float32, then cast back.
+    """
+    wire = wire_dtype(dtype, encoding)
+    indices = _from_bytes(gathered[:, :INDEX_BYTES], tf.int32)
+    values = _from_bytes(gathered[:, INDEX_BYTES:], wire)
+    dtype = tf.as_dtype(dtype)
+    acc = tf.float32 if dtype.size < 4 else dtype
+    total = tf.math.unsorted_segment_sum(tf.cast(values, acc), indices, n)
+    return tf.cast(total, dtype)
+
+
+def allgather_sum(encoded, n, dtype, encoding="native"):
+    """Gathers every rank's payload; returns the dense sum of selections."""
+    return decode_sum(hvd.allgather(encoded.payload), n, dtype, encoding)
+
+
+def marker():
+    """The one-element tensor handed to Horovod's own allreduce."""
+    return tf.ones([1], MARKER_DTYPE)
+
+
+def apply_marker(total, reduced_marker, shape):
+    """Scales the gathered sum to the reduction Horovod was asked for."""
+    scale = tf.cast(reduced_marker[0] / hvd.size(), total.dtype)
+    return tf.reshape(total * scale, shape)

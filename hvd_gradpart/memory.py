@@ -1,0 +1,97 @@
+"""Residual memory (error feedback), one slot per gradient.
+
+Horovod hands ``compress`` a bare tensor, no name. A gradient is identified
+by where its ``compress`` call happens: the k-th call while tracing function
+``f`` is slot ``"f/k"``. Every trace of ``f`` (first call, retrace, the
+``tf.function`` Horovod wraps around eager ``DistributedGradientTape``) asks
+for the gradients in the same order, so each one finds the same slot.
+``tf.cond``/``while`` branch graphs count toward the function that holds
+them. Outside any function (direct eager ``hvd.allreduce``) a slot is keyed
+by dtype and shape, so same-shaped eager tensors share one residual.
+
+Slot variables are created once, outside the graph (``tf.init_scope``), and
+are tracked, so ``tf.train.Checkpoint(compressor=...)`` saves and restores
+them, also when the restore comes before the first step.
+"""
+import re
+import weakref
+
+import tensorflow as tf
+
+from hvd_gradpart.metrics import TensorMetrics
+
+_BRANCH_GRAPHS = ("CondBranchFuncGraph", "WhileCondFuncGraph", "WhileBodyFuncGraph")
+
+
+def _function_graph():
+    """The graph of the enclosing traced function, or None when eager."""
+    if tf.executing_eagerly():
+        return None
+    graph = tf.compat.v1.get_default_graph()
+    while type(graph).__name__ in _BRANCH_GRAPHS:
+        graph = graph.outer_graph
+    return graph
+
+
+def _clean(name):
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+class Slot(tf.Module):
+    """State of one gradient: its residual plus any per-method variables."""
+
+    def __init__(self, key, shape, dtype, state_spec):
+        super().__init__(name=None)
+        self.key = key
+        self.shape = tf.TensorShape(shape)
+        n = self.shape.num_elements()
+        self.residual = tf.Variable(tf.zeros([n], dtype), trainable=False, name="residual")
+        self.state = {name: tf.Variable(init(n, dtype), trainable=False, name=name)
+                      for name, init in state_spec.items()}
+        self.metrics = TensorMetrics()
+
+
+class Memory(tf.Module):
+    """All slots of one compressor, keyed as described in the module doc."""
+
+    _TF_MODULE_IGNORED_PROPERTIES = tf.Module._TF_MODULE_IGNORED_PROPERTIES | {"_calls"}
+
+    def __init__(self):
+        super().__init__(name="memory")
+        self.slots = {}
+        self._calls = weakref.WeakKeyDictionary()
+
+    def slot_key(self, tensor):
+        """The key of the gradient now being compressed (counts the call)."""
+        graph = _function_graph()
+        if graph is None:
+            dims = "x".join(str(d) for d in tensor.shape.as_list()) or "scalar"
+            return f"eager/{tensor.dtype.name}/{dims}"
+        k = self._calls.get(graph, 0)
+        self._calls[graph] = k + 1
+        return f"{_clean(graph.name)}/{k}"
+
+    def slot(self, tensor, state_spec=None):
+        """The slot for ``tensor``, created on first use.
+
+        Raises:
+            ValueError: a retrace handed this call position a gradient of a
+                different shape or dtype (the model changed between traces).
+        """
+        key = self.slot_key(tensor)
+        found = self.slots.get(key)
+        if found is None:
+            with tf.init_scope():
+                found = Slot(key, tensor.shape, tensor.dtype, state_spec or {})
+                self.slots[key] = found
+        elif found.shape != tensor.shape or found.residual.dtype != tensor.dtype:
+            raise ValueError(
+                f"gradient slot {key!r} holds a residual of {found.residual.dtype.name}"
+                f"{found.shape}, but this trace passes {tensor.dtype.name}{tensor.shape}; "
+                "use a new compressor instance for a different model")
+        return found
+
+    def residual_mass(self):
+        """Sum of every residual, as a float64 scalar (for conservation checks)."""
+        return tf.add_n([tf.reduce_sum(tf.cast(s.residual, tf.float64)) for s in self.slots.values()]
+                        or [tf.constant(0.0, tf.float64)])

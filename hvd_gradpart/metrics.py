@@ -1,0 +1,111 @@
+"""Per-tensor, per-step accounting of what a compressor sent.
+
+Each slot keeps scalar variables updated inside the training step: the last
+step's selected elements and bytes sent by this rank (values, indices,
+header and marker), running totals, and any diagnostics a selection rule
+reports (thresholds, fitted parameters). ``snapshot`` reads them from Python;
+``JsonlLogger`` and ``MetricsCallback`` write them out during training.
+"""
+import json
+import time
+
+import tensorflow as tf
+
+COUNTERS = ("steps", "elements", "dense_bytes", "sent_elements", "sent_bytes",
+            "total_dense_bytes", "total_sent_bytes")
+
+
+class TensorMetrics(tf.Module):
+    """Scalar float64 variables describing one gradient's traffic."""
+
+    def __init__(self):
+        super().__init__(name="metrics")
+        self.values = {}
+
+    def _var(self, name):
+        if name not in self.values:
+            with tf.init_scope():
+                self.values[name] = tf.Variable(tf.zeros([], tf.float64), trainable=False, name=name)
+        return self.values[name]
+
+    def record(self, elements, dense_bytes, sent_elements, sent_bytes, **diagnostics):
+        """Adds one step's figures (tensors or numbers)."""
+        as64 = lambda x: tf.cast(x, tf.float64)
+        self._var("steps").assign_add(tf.constant(1.0, tf.float64))
+        for name, x in (("elements", elements), ("dense_bytes", dense_bytes),
+                        ("sent_elements", sent_elements), ("sent_bytes", sent_bytes),
+                        *diagnostics.items()):
+            self._var(name).assign(as64(x))
+        self._var("total_dense_bytes").assign_add(as64(dense_bytes))
+        self._var("total_sent_bytes").assign_add(as64(sent_bytes))
+
+    def read(self):
+        """The current values as Python floats."""
+        return {name: float(v.numpy()) for name, v in self.values.items()}
+
+
+def snapshot(compressor):
+    """``{slot key: {counter: value}}`` for every gradient ``compressor`` handled."""
+    return {key: slot.metrics.read() for key, slot in compressor.memory.slots.items()}
+
+
+def summary(compressor):
+    """Totals over every gradient: bytes, last-step density and ratio."""
+    rows = snapshot(compressor).values()
+    total = lambda name: sum(r.get(name, 0.0) for r in rows)
+    elements, sent = total("elements"), total("sent_elements")
+    sent_bytes = total("total_sent_bytes")
+    return {
+        "tensors": len(rows),
+        "last_density": sent / elements if elements else 0.0,
+        "last_sent_bytes": total("sent_bytes"),
+        "last_dense_bytes": total("dense_bytes"),
+        "total_sent_bytes": sent_bytes,
+        "total_dense_bytes": total("total_dense_bytes"),
+        "compression_ratio": total("total_dense_bytes") / sent_bytes if sent_bytes else float("nan"),
+    }
+
+
+class JsonlLogger:
+    """Appends one JSON object per call to a file."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def write(self, **record):
+        record.setdefault("time", time.time())
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+class MetricsCallback(tf.keras.callbacks.Callback):
+    """Keras callback logging a compressor's metrics to JSONL.
+
+    Args:
+        compressor: the compressor instance (or class) given to Horovod.
+        path: JSONL file to append to.
+        every: log every this many batches (0: only at epoch end).
+        per_tensor: include each gradient's counters, not just the summary.
+    """
+
+    def __init__(self, compressor, path, every=0, per_tensor=False):
+        super().__init__()
+        self.compressor = getattr(compressor, "instance", lambda: compressor)()
+        self.logger = JsonlLogger(path)
+        self.every = every
+        self.per_tensor = per_tensor
+        self._batch = 0
+
+    def _log(self, event, **extra):
+        record = {"event": event, **summary(self.compressor), **extra}
+        if self.per_tensor:
+            record["tensors"] = snapshot(self.compressor)
+        self.logger.write(**record)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._batch += 1
+        if self.every and self._batch % self.every == 0:
+            self._log("batch", batch=self._batch)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._log("epoch", epoch=epoch, **{k: float(v) for k, v in (logs or {}).items()})

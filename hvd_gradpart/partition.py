@@ -1,0 +1,34 @@
+"""Key/sparse partition of a gradient from its fitted distribution.
+
+The boundary is where self-information equals the entropy
+(``entropy.threshold(fit, 0)``): values beyond it are more surprising than a
+typical draw, i.e. the fresh gradient is significant there (key area); the
+bulk inside it is the sparse area. For a Gaussian the boundary is one
+standard deviation, for a Laplace one scale ``alpha``.
+"""
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from hvd_gradpart import entropy
+
+
+class Partition(NamedTuple):
+    """Key-area mask over a flat gradient, and the area sizes."""
+
+    key: tf.Tensor
+    key_size: tf.Tensor
+    sparse_size: tf.Tensor
+
+
+def boundary(fit):
+    """Magnitude separating the key area from the sparse area."""
+    return entropy.threshold(fit, 0.0)
+
+
+def partition(grad, fit):
+    """Splits flat ``grad`` into key area (True) and sparse area (False)."""
+    edge = tf.cast(boundary(fit), grad.dtype)
+    key = tf.abs(grad - tf.cast(fit.mu, grad.dtype)) > edge
+    key_size = tf.math.count_nonzero(key, dtype=tf.int64)
+    return Partition(key, key_size, tf.size(grad, out_type=tf.int64) - key_size)
