@@ -30,6 +30,11 @@ def threshold(fit, cost):
     return fit.alpha * (1 / fit.beta + tf.cast(cost, tf.float64)) ** (1 / fit.beta)
 
 
+def power_threshold(fit, cost):
+    """``exp(h) * cost``: the entropy power (width of the typical set) times ``cost``."""
+    return tf.exp(entropy(fit)) * tf.cast(cost, tf.float64)
+
+
 def position_cost(count):
     """Nats to name one position among ``count`` equally likely ones."""
     return tf.math.log(tf.maximum(tf.cast(count, tf.float64), 1.0))

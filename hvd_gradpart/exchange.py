@@ -64,10 +64,17 @@ def _from_bytes(raw, dtype):
     return tf.bitcast(raw, dtype)
 
 
+def _clip_to(values, wire):
+    """Clips to ``wire``'s finite range when it is narrower (the excess stays in the residual)."""
+    if wire.size >= values.dtype.size:
+        return values
+    return tf.clip_by_value(values, tf.cast(wire.min, values.dtype), tf.cast(wire.max, values.dtype))
+
+
 def encode(values, indices, encoding="native"):
     """Packs ``values`` found at int32 ``indices`` into one payload."""
     wire = wire_dtype(values.dtype, encoding)
-    on_wire = tf.cast(values, wire)
+    on_wire = tf.cast(_clip_to(values, wire), wire)
     header = -1 - tf.size(indices, out_type=tf.int32)
     index_col = tf.concat([[header], indices], 0)
     value_col = tf.concat([tf.zeros([1], wire), on_wire], 0)

@@ -16,6 +16,10 @@ tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
 
 PARALLEL = Path(__file__).parent / "parallel"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cluster: needs root and network namespaces (the edge cluster)")
 HOROVODRUN = Path(sys.executable).with_name("horovodrun")
 
 

@@ -2,14 +2,15 @@
 
 Each step, per gradient (formulas and their derivation in docs/algorithm.md):
 
-1. fit GG(mu, alpha, beta) to a strided sample of the fresh gradient
-   (Gaussian, Laplace or generalized, by likelihood), then predict this
-   step's parameters as an EMA over steps;
+1. fit GG(mu, alpha, beta) to the nonzero values of a strided sample of
+   the fresh gradient (Gaussian, Laplace or generalized, by likelihood),
+   then predict this step's parameters as an EMA over steps;
 2. partition: key area where the fresh gradient is beyond the boundary at
    which self-information equals entropy, sparse area elsewhere;
 3. per area A of size n_A, send accumulated values with
-   ``|a| > alpha * (1/beta + log n_A + margin) ** (1/beta)`` (more
-   information than a typical value by the cost of coding a position in A);
+   ``|a| > exp(h) * log n_A``: beyond the entropy power ``exp(h)`` (the
+   width of the distribution's typical set) by a factor equal to the cost,
+   in nats, of coding one position in A;
 4. keep density within [floor, ceiling] with exact top-k only when a guard
    trips; everything unsent stays in the residual.
 """
@@ -29,7 +30,7 @@ class GradPartCompressor(SparseCompressor):
     Args:
         sample_size: elements sampled (strided) per fit; bounds its cost.
         prediction_decay: EMA weight of the previous step's parameters.
-        margin: extra nats an element's information must exceed.
+        margin: nats added to the position cost (a sparser exchange).
         density_floor: least fraction sent per tensor per step.
         density_ceiling: most fraction sent per tensor per step.
         fit: ablation switch; False fixes the family to Gaussian.
@@ -38,13 +39,15 @@ class GradPartCompressor(SparseCompressor):
             ``fixed_density`` of the fitted distribution instead.
         predict: ablation switch; False uses each step's own fit.
         fixed_density: tail fraction used when ``entropy`` is False.
+        value_encoding: "fp16" (default: values travel as float16, what
+            rounding removes stays in the residual) or "native".
         **kwargs: see ``SparseCompressor``.
     """
 
     def __init__(self, sample_size=4096, prediction_decay=0.9, margin=0.0,
                  density_floor=1e-4, density_ceiling=0.02, fit=True, partition=True,
-                 entropy=True, predict=True, fixed_density=1e-3, **kwargs):
-        super().__init__(**kwargs)
+                 entropy=True, predict=True, fixed_density=1e-3, value_encoding="fp16", **kwargs):
+        super().__init__(value_encoding=value_encoding, **kwargs)
         _check("sample_size", sample_size, isinstance(sample_size, int) and sample_size >= 16, "an int >= 16")
         _check("prediction_decay", prediction_decay, 0.0 <= prediction_decay < 1.0, "in [0, 1)")
         _check("margin", margin, math.isfinite(margin) and margin >= 0.0, "finite and >= 0")
@@ -66,6 +69,7 @@ class GradPartCompressor(SparseCompressor):
     def predicted_fit(self, grad, slot):
         """This step's fit of the fresh gradient, blended with the previous ones."""
         sample = stats.strided_sample(grad, self.sample_size)
+        sample = tf.boolean_mask(sample, tf.not_equal(sample, 0))
         current = stats.fit(sample, None if self.use_fit else stats.GAUSSIAN)
         s = slot.state
         previous = stats.Fit(s["mu"], s["alpha"], s["beta"], current.family)
@@ -80,7 +84,7 @@ class GradPartCompressor(SparseCompressor):
         """One area's threshold: entropy rule, or fixed tail when ablated."""
         if not self.use_entropy:
             return entropy.tail_threshold(fit, self.fixed_density)
-        return entropy.threshold(fit, entropy.position_cost(size) + self.margin)
+        return entropy.power_threshold(fit, entropy.position_cost(size) + self.margin)
 
     def thresholds(self, grad, fit):
         """Per-element threshold tensor and the per-area diagnostics."""

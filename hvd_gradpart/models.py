@@ -1,0 +1,121 @@
+"""Benchmark models, built by name.
+
+Every model takes float images ``(H, W, C)`` in ``[0, 1]`` and returns logits
+``(batch, num_classes)``; train with ``from_logits=True``. Initializers carry
+explicit seeds derived from ``seed``, so a model is the same on every rank.
+"""
+import itertools
+import math
+
+import tensorflow as tf
+
+layers = tf.keras.layers
+
+
+class PixelTokens(layers.Layer):
+    """Turns a float image into one token per pixel: ``position * levels + level``.
+
+    ``level`` is the pixel value in ``[0, 1]`` quantized to ``levels`` bins, so
+    every (position, level) pair owns one row of a ``n_pixels * levels``
+    vocabulary.
+    """
+
+    def __init__(self, levels=16, **kwargs):
+        super().__init__(**kwargs)
+        self.levels = levels
+
+    def call(self, images):
+        flat = tf.reshape(images, [tf.shape(images)[0], -1])
+        level = tf.clip_by_value(tf.cast(tf.floor(flat * self.levels), tf.int32), 0, self.levels - 1)
+        return tf.range(tf.shape(flat)[1]) * self.levels + level
+
+    def get_config(self):
+        return {**super().get_config(), "levels": self.levels}
+
+
+def _seeds(seed, init=tf.keras.initializers.GlorotUniform):
+    """Yields initializers of class ``init`` with seeds ``seed, seed + 1, ...``."""
+    return (init(seed=s) for s in itertools.count(seed))
+
+
+def _dense(units, init, activation="relu"):
+    return layers.Dense(units, activation=activation, kernel_initializer=next(init))
+
+
+def _mlp(inputs, num_classes, seed):
+    init = _seeds(seed)
+    x = layers.Flatten()(inputs)
+    x = _dense(1024, init)(x)
+    x = _dense(1024, init)(x)
+    return _dense(num_classes, init, activation=None)(x)
+
+
+def _lenet5(inputs, num_classes, seed):
+    init = _seeds(seed)
+    x = inputs
+    for filters in (6, 16):
+        x = layers.Conv2D(filters, 5, padding="same", activation="relu", kernel_initializer=next(init))(x)
+        x = layers.MaxPooling2D(2, padding="same")(x)
+    x = layers.Flatten()(x)
+    x = _dense(120, init)(x)
+    x = _dense(84, init)(x)
+    return _dense(num_classes, init, activation=None)(x)
+
+
+def _conv_bn(x, filters, kernel, strides, init):
+    x = layers.Conv2D(filters, kernel, strides=strides, padding="same", use_bias=False,
+                      kernel_initializer=next(init))(x)
+    return layers.BatchNormalization()(x)
+
+
+def _resnet20(inputs, num_classes, seed):
+    """CIFAR ResNet-20 (He et al. 2016): 3 stages x 3 basic blocks, projection shortcuts."""
+    init = _seeds(seed, tf.keras.initializers.HeNormal)
+    x = layers.ReLU()(_conv_bn(inputs, 16, 3, 1, init))
+    for stage, filters in enumerate((16, 32, 64)):
+        for block in range(3):
+            strides = 2 if stage > 0 and block == 0 else 1
+            y = layers.ReLU()(_conv_bn(x, filters, 3, strides, init))
+            y = _conv_bn(y, filters, 3, 1, init)
+            if strides != 1:
+                x = _conv_bn(x, filters, 1, strides, init)
+            x = layers.ReLU()(layers.Add()([x, y]))
+    x = layers.GlobalAveragePooling2D()(x)
+    return layers.Dense(num_classes, kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed))(x)
+
+
+def _embedding(inputs, num_classes, seed, levels=16, dim=16):
+    """Pixel tokens -> Embedding (sparse ``tf.IndexedSlices`` gradient) -> mean -> dense."""
+    init = _seeds(seed)
+    n_pixels = math.prod(inputs.shape[1:])
+    tokens = PixelTokens(levels)(inputs)
+    x = layers.Embedding(n_pixels * levels, dim, embeddings_initializer=tf.keras.initializers.RandomUniform(
+        -0.05, 0.05, seed=seed))(tokens)
+    x = layers.GlobalAveragePooling1D()(x)
+    x = _dense(64, init)(x)
+    return _dense(num_classes, init, activation=None)(x)
+
+
+_BUILDERS = {"mlp": _mlp, "lenet5": _lenet5, "resnet20": _resnet20, "embedding": _embedding}
+MODELS = tuple(_BUILDERS)
+
+
+def build_model(name, input_shape, num_classes, seed=0):
+    """Builds a benchmark model.
+
+    Args:
+        name: one of ``MODELS``.
+        input_shape: image shape ``(H, W, C)``.
+        num_classes: number of output logits.
+        seed: base seed of the initializers.
+
+    Returns:
+        A ``tf.keras.Model`` mapping images to logits.
+
+    Raises:
+        ValueError: ``name`` is not in ``MODELS``.
+    """
+    if name not in _BUILDERS:
+        raise ValueError(f"unknown model {name!r}; valid names: {', '.join(MODELS)}")
+    inputs = tf.keras.Input(shape=tuple(input_shape))
+    return tf.keras.Model(inputs, _BUILDERS[name](inputs, num_classes, seed), name=name)

@@ -1,0 +1,92 @@
+"""The data-parallel training loop shared by scripts/train.py and the benchmarks.
+
+Every distributed line is marked ``# Horovod:``.
+"""
+import glob
+import os
+import statistics
+import time
+
+import horovod.tensorflow as hvd
+import numpy as np
+import tensorflow as tf
+
+from hvd_gradpart import metrics
+
+LOSS = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def limit_threads(threads):
+    """One intra- and inter-op pool of ``threads`` (ranks sharing cores)."""
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+
+def link_counters():
+    """Bytes sent and received on this host's non-loopback interfaces."""
+    tx = rx = 0
+    for stats in glob.glob("/sys/class/net/*/statistics"):
+        if os.path.basename(os.path.dirname(stats)) == "lo":
+            continue
+        with open(f"{stats}/tx_bytes") as f:
+            tx += int(f.read())
+        with open(f"{stats}/rx_bytes") as f:
+            rx += int(f.read())
+    return {"tx_bytes": tx, "rx_bytes": rx}
+
+
+def make_step(model, optimizer, compression, communicate=True):
+    """A compiled training step; ``communicate=False`` gives the compute-only bound."""
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            loss = LOSS(y, logits)
+        if communicate:
+            # Horovod: wrap the tape; gradients are exchanged with the chosen compression.
+            tape = hvd.DistributedGradientTape(tape, compression=compression)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        hits = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, 1, output_type=tf.int32), y), tf.float32))
+        return loss, hits
+
+    return step
+
+
+def broadcast_initial_state(model, optimizer):
+    # Horovod: every rank starts from rank 0's weights and optimizer state.
+    hvd.broadcast_variables(model.variables, root_rank=0)
+    hvd.broadcast_variables(optimizer.variables(), root_rank=0)
+
+
+def evaluate(model, x, y, batch_size=500):
+    """Test loss and accuracy over ``(x, y)``."""
+    losses, hits = [], 0
+    for i in range(0, len(x), batch_size):
+        logits = model(x[i:i + batch_size], training=False)
+        losses.append(float(LOSS(y[i:i + batch_size], logits)) * len(logits))
+        hits += int(np.sum(np.argmax(logits, 1) == y[i:i + batch_size]))
+    return sum(losses) / len(x), hits / len(x)
+
+
+def compression_summary(compression):
+    """The compressor's byte accounting, or None for Horovod's dense ones."""
+    instance = getattr(compression, "instance", None)
+    if instance is None and not hasattr(compression, "memory"):
+        return None
+    return metrics.summary(compression if hasattr(compression, "memory") else instance())
+
+
+def time_steps(step, batch, steps, warmup, windows):
+    """Median seconds per step over ``windows`` windows of ``steps`` after warm-up."""
+    for _ in range(warmup):
+        step(*batch)[0].numpy()
+    times = []
+    for _ in range(windows):
+        start = time.perf_counter()
+        for _ in range(steps):
+            out = step(*batch)
+        out[0].numpy()
+        times.append((time.perf_counter() - start) / steps)
+    return statistics.median(times), times

@@ -1,0 +1,113 @@
+"""Data-parallel training with a chosen compressor; launch with horovodrun.
+
+    horovodrun -np 2 -H edge-a:1,edge-b:1 python scripts/train.py \
+        --model lenet5 --dataset mnist5k --compressor gradpart --epochs 5
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import horovod.tensorflow as hvd  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from hvd_gradpart import COMPRESSORS, get_compressor, training  # noqa: E402
+from hvd_gradpart.data import DATASETS, DataNotFoundError, batches, load_dataset, shard  # noqa: E402
+from hvd_gradpart.metrics import JsonlLogger  # noqa: E402
+from hvd_gradpart.models import MODELS, build_model  # noqa: E402
+
+
+def option(text):
+    """Parses ``key=value`` (value as JSON when it parses, else a string)."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    key, value = text.split("=", 1)
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def positive(kind):
+    def parse(text):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    return parse
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", choices=MODELS, default="lenet5")
+    p.add_argument("--dataset", choices=DATASETS, default="mnist5k")
+    p.add_argument("--data-dir", help="folder with local files for mnist/cifar10")
+    p.add_argument("--compressor", choices=sorted(COMPRESSORS), default="gradpart")
+    p.add_argument("--compressor-option", type=option, action="append", default=[], metavar="KEY=VALUE",
+                   help="constructor argument of the compressor, e.g. ratio=0.01 (repeatable)")
+    p.add_argument("--epochs", type=positive(int), default=5)
+    p.add_argument("--batch-size", type=positive(int), default=32, help="per rank")
+    p.add_argument("--lr", type=positive(float), default=0.01, help="per rank; scaled by the rank count")
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (0 for dgc, which has its own)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=positive(int), default=1, help="TF threads per pool per rank")
+    p.add_argument("--jsonl", help="JSONL file for per-epoch records (rank 0)")
+    p.add_argument("--tensorboard", help="TensorBoard log folder (rank 0)")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    training.limit_threads(args.threads)
+    try:
+        data = load_dataset(args.dataset, data_dir=args.data_dir, seed=args.seed)
+        compression = get_compressor(args.compressor, **dict(args.compressor_option))
+    except (DataNotFoundError, ValueError, TypeError) as e:
+        sys.exit(f"train.py: error: {e}")
+    # Horovod: one process per node.
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    tf.keras.utils.set_random_seed(args.seed)
+    x, y = shard(data.x_train, data.y_train, rank, size)
+    model = build_model(args.model, data.x_train.shape[1:], data.num_classes, seed=args.seed)
+    momentum = 0.0 if args.compressor == "dgc" else args.momentum
+    # Horovod: scale the learning rate by the number of ranks.
+    optimizer = tf.keras.optimizers.SGD(args.lr * size, momentum=momentum)
+    step = training.make_step(model, optimizer, compression)
+    logger = JsonlLogger(args.jsonl) if args.jsonl and rank == 0 else None
+    board = tf.summary.create_file_writer(args.tensorboard) if args.tensorboard and rank == 0 else None
+    start, link0 = time.perf_counter(), training.link_counters()
+    for epoch in range(args.epochs):
+        t0, seen, loss_sum, hits = time.perf_counter(), 0, 0.0, 0.0
+        for i, (xb, yb) in enumerate(batches(x, y, args.batch_size, args.seed, epoch)):
+            loss, hit = step(xb, yb)
+            if epoch == 0 and i == 0:
+                training.broadcast_initial_state(model, optimizer)
+            loss_sum, hits, seen = loss_sum + float(loss) * len(yb), hits + float(hit), seen + len(yb)
+        elapsed = time.perf_counter() - t0
+        if rank != 0:
+            continue
+        test_loss, test_acc = training.evaluate(model, data.x_test, data.y_test)
+        link = training.link_counters()
+        record = {"epoch": epoch + 1, "train_loss": loss_sum / seen, "train_acc": hits / seen,
+                  "test_loss": test_loss, "test_acc": test_acc, "wall_s": time.perf_counter() - start,
+                  "samples_per_s": seen * size / elapsed, "model": args.model, "dataset": args.dataset,
+                  "compressor": args.compressor, "ranks": size,
+                  "link_tx_bytes": link["tx_bytes"] - link0["tx_bytes"],
+                  "link_rx_bytes": link["rx_bytes"] - link0["rx_bytes"],
+                  "compression": training.compression_summary(compression)}
+        print(f"epoch {epoch + 1}/{args.epochs} loss {record['train_loss']:.4f} "
+              f"test_acc {test_acc:.4f} {record['samples_per_s']:.0f} samples/s", flush=True)
+        if logger:
+            logger.write(**record)
+        if board:
+            with board.as_default(step=epoch + 1):
+                for key in ("train_loss", "train_acc", "test_loss", "test_acc", "samples_per_s"):
+                    tf.summary.scalar(key, record[key])
+
+
+if __name__ == "__main__":
+    main()
