@@ -4,6 +4,7 @@
         --model lenet5 --dataset mnist5k --compressor gradpart --epochs 5
 """
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -107,6 +108,8 @@ def main(argv=None):
             with board.as_default(step=epoch + 1):
                 for key in ("train_loss", "train_acc", "test_loss", "test_acc", "samples_per_s"):
                     tf.summary.scalar(key, record[key])
+    digest = hashlib.sha256(b"".join(v.numpy().tobytes() for v in model.variables)).hexdigest()
+    print(f"rank {rank} weights sha256 {digest}", flush=True)
 
 
 if __name__ == "__main__":
