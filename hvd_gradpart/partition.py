@@ -32,3 +32,20 @@ def partition(grad, fit):
     key = tf.abs(grad - tf.cast(fit.mu, grad.dtype)) > edge
     key_size = tf.math.count_nonzero(key, dtype=tf.int64)
     return Partition(key, key_size, tf.size(grad, out_type=tf.int64) - key_size)
+
+
+def area_sizes(sample, fit, n):
+    """Key and sparse area sizes of an ``n``-element gradient, estimated from
+    its strided ``sample`` (O(sample), not O(n))."""
+    edge = boundary(fit)
+    beyond = tf.abs(tf.cast(sample, tf.float64) - fit.mu) > edge
+    key = tf.cast(tf.round(tf.reduce_mean(tf.cast(beyond, tf.float64)) * n), tf.int64)
+    return key, tf.constant(n, tf.int64) - key
+
+
+@tf.function(jit_compile=True)
+def select_mask(acc, grad, mu, edge, tau_key, tau_sparse):
+    """Elements to send: ``|acc| > tau_key`` in the key area, ``> tau_sparse``
+    in the sparse area; one fused pass over the tensor."""
+    magnitude = tf.abs(acc)
+    return tf.where(tf.abs(grad - mu) > edge, magnitude > tau_key, magnitude > tau_sparse)

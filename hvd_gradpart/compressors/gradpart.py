@@ -66,11 +66,10 @@ class GradPartCompressor(SparseCompressor):
     def state_spec(self):
         return {"mu": _SCALAR(0.0), "alpha": _SCALAR(1.0), "beta": _SCALAR(2.0), "steps": _SCALAR(0.0)}
 
-    def predicted_fit(self, grad, slot):
+    def predicted_fit(self, sample, slot):
         """This step's fit of the fresh gradient, blended with the previous ones."""
-        sample = stats.strided_sample(grad, self.sample_size)
-        sample = tf.boolean_mask(sample, tf.not_equal(sample, 0))
-        current = stats.fit(sample, None if self.use_fit else stats.GAUSSIAN)
+        nonzero = tf.boolean_mask(sample, tf.not_equal(sample, 0))
+        current = stats.fit(nonzero, None if self.use_fit else stats.GAUSSIAN)
         s = slot.state
         previous = stats.Fit(s["mu"], s["alpha"], s["beta"], current.family)
         fit = stats.predict(previous, current, s["steps"], self.prediction_decay)
@@ -86,33 +85,31 @@ class GradPartCompressor(SparseCompressor):
             return entropy.tail_threshold(fit, self.fixed_density)
         return entropy.power_threshold(fit, entropy.position_cost(size) + self.margin)
 
-    def thresholds(self, grad, fit):
-        """Per-element threshold tensor and the per-area diagnostics."""
-        n = grad.shape.num_elements()
-        if not self.use_partition:
-            tau = self.area_threshold(fit, n)
-            return tf.cast(tau, grad.dtype), {"key_size": 0, "tau_key": tau, "tau_sparse": tau}
-        areas = partition.partition(grad, fit)
-        tau_key = self.area_threshold(fit, areas.key_size)
-        tau_sparse = self.area_threshold(fit, areas.sparse_size)
-        tau = tf.where(areas.key, tf.cast(tau_key, grad.dtype), tf.cast(tau_sparse, grad.dtype))
-        return tau, {"key_size": areas.key_size, "tau_key": tau_key, "tau_sparse": tau_sparse}
-
     def select(self, acc, grad, slot):
-        fit = self.predicted_fit(grad, slot)
-        tau, diagnostics = self.thresholds(grad, fit)
-        magnitude = tf.abs(acc)
-        indices = tf.cast(tf.where(magnitude > tau)[:, 0], tf.int32)
-        indices = self.guard(magnitude, indices)
-        diagnostics.update(family=fit.family, mu=fit.mu, alpha=fit.alpha, beta=fit.beta)
-        return indices, diagnostics
+        n = grad.shape.num_elements()
+        sample = stats.strided_sample(grad, self.sample_size)
+        fit = self.predicted_fit(sample, slot)
+        if self.use_partition:
+            key_size, sparse_size = partition.area_sizes(sample, fit, n)
+            edge = partition.boundary(fit)
+        else:
+            key_size, sparse_size = tf.constant(0, tf.int64), tf.constant(n, tf.int64)
+            edge = tf.constant(float("inf"), tf.float64)
+        tau_sparse = self.area_threshold(fit, sparse_size)
+        tau_key = self.area_threshold(fit, key_size) if self.use_partition else tau_sparse
+        as_grad = lambda x: tf.cast(x, grad.dtype)
+        mask = partition.select_mask(acc, grad, as_grad(fit.mu), as_grad(edge), as_grad(tau_key),
+                                     as_grad(tau_sparse))
+        indices = self.guard(acc, tf.cast(tf.where(mask)[:, 0], tf.int32))
+        return indices, {"family": fit.family, "mu": fit.mu, "alpha": fit.alpha, "beta": fit.beta,
+                         "key_size": key_size, "tau_key": tau_key, "tau_sparse": tau_sparse}
 
-    def guard(self, magnitude, indices):
+    def guard(self, acc, indices):
         """Exact top-k at the floor or ceiling when the density leaves them."""
-        n = magnitude.shape.num_elements()
+        n = acc.shape.num_elements()
         low = min(n, max(1, math.ceil(self.density_floor * n))) if self.density_floor > 0 else 0
         high = max(low, math.floor(self.density_ceiling * n))
-        top = lambda k: lambda: tf.math.top_k(magnitude, k=k, sorted=False).indices
+        top = lambda k: lambda: tf.math.top_k(tf.abs(acc), k=k, sorted=False).indices
         count = tf.size(indices)
         return tf.case([(count < low, top(low)), (count > high, top(high))],
                        default=lambda: indices)
