@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Throughput of every method side by side, per model and link rate, on the edge cluster.
+#   bash scripts/bench.sh                 # quick: mlp and lenet5 at 100 and 20 Mbit/s
+#   MODELS="mlp lenet5 resnet20" RATES="1gbit 100mbit 20mbit" bash scripts/bench.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TF_CPP_MIN_LOG_LEVEL=2
+PY="$PWD/.venv/bin/python"
+OUT=${OUT:-benchmarks}
+MODELS=${MODELS:-"mlp lenet5"}
+RATES=${RATES:-"100mbit 20mbit"}
+METHODS=${METHODS:-$("$PY" -c 'import hvd_gradpart as h; print(" ".join(sorted(h.COMPRESSORS)))')}
+mkdir -p "$OUT"
+rows="$OUT/throughput.jsonl"
+rm -f "$rows"
+bash scripts/edge_cluster.sh up >/dev/null
+trap 'bash scripts/edge_cluster.sh down >/dev/null' EXIT
+for rate in $RATES; do
+  bash scripts/edge_cluster.sh rate "$rate" >/dev/null
+  for model in $MODELS; do
+    .venv/bin/horovodrun -np 2 -hostfile hostfiles/edge --gloo --disable-cache \
+      "$PY" "$PWD/scripts/bench_throughput.py" --model "$model" --methods $METHODS \
+      --label "$rate" --out "$PWD/$rows" 2>&1 | grep -E 'samples/s|Error' || true
+  done
+done
+"$PY" scripts/bench_table.py "$rows" > "$OUT/throughput.md"
+cat "$OUT/throughput.md"

@@ -1,0 +1,65 @@
+"""Samples/s of every method side by side in one launch, with the compute-only bound.
+
+    horovodrun -np 2 -hostfile hostfiles/edge python scripts/bench_throughput.py \
+        --model mlp --methods none gradpart --out results.jsonl
+
+Each method trains the same model on a fixed synthetic batch: warm-up steps, then the median of
+repeated timing windows. The compute-only bound is the same step without any communication.
+"""
+import argparse
+import json
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import horovod.tensorflow as hvd  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from hvd_gradpart import COMPRESSORS, get_compressor, training  # noqa: E402
+from hvd_gradpart.models import MODELS, build_model  # noqa: E402
+
+SHAPES = {"mlp": (28, 28, 1), "lenet5": (28, 28, 1), "resnet20": (32, 32, 3), "embedding": (28, 28, 1)}
+
+
+def measure(model_name, method, batch, args):
+    tf.keras.utils.set_random_seed(0)
+    model = build_model(model_name, SHAPES[model_name], 10)
+    optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.0 if method == "dgc" else 0.9)
+    compute_only = method == "compute-only"
+    compression = None if compute_only else get_compressor(method)
+    step = training.make_step(model, optimizer, compression, communicate=not compute_only)
+    seconds, windows = training.time_steps(step, batch, args.steps, args.warmup, args.windows)
+    return {"method": method, "model": model_name, "params": int(model.count_params()),
+            "step_s": seconds, "windows_s": windows,
+            "samples_per_s": args.batch_size * hvd.size() / seconds,
+            "compression": training.compression_summary(compression) if compression else None}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--model", choices=MODELS, default="mlp")
+    p.add_argument("--methods", nargs="+", default=sorted(COMPRESSORS))
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--steps", type=int, default=5, help="steps per timing window")
+    p.add_argument("--windows", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--label", default="", help="free text stored with each row (e.g. the link rate)")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    training.limit_threads(1)
+    hvd.init()
+    rs = np.random.RandomState(hvd.rank())
+    batch = (tf.constant(rs.rand(args.batch_size, *SHAPES[args.model]).astype(np.float32)),
+             tf.constant(rs.randint(0, 10, args.batch_size).astype(np.int32)))
+    for method in ["compute-only", *args.methods]:
+        row = measure(args.model, method, batch, args)
+        if hvd.rank() == 0:
+            row.update(label=args.label, ranks=hvd.size(), batch_per_rank=args.batch_size)
+            print(f"{args.label} {args.model} {method}: {row['samples_per_s']:.0f} samples/s", flush=True)
+            with open(args.out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
