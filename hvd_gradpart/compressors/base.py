@@ -94,7 +94,10 @@ class SparseCompressor(Compressor, tf.Module):
             return tensor, None
         slot = self.memory.slot(tensor, self.state_spec())
         n = tensor.shape.num_elements()
-        grad = tf.reshape(tensor, [-1])
+        grad = tf.debugging.check_numerics(
+            tf.reshape(tensor, [-1]),
+            f"hvd_gradpart: gradient {slot.key!r} ({tensor.dtype.name}{tensor.shape}) holds NaN or Inf; "
+            "its residual was left unchanged. Lower the learning rate or clip gradients")
         acc = self.accumulate(slot, grad)
         indices, diagnostics = self.select(acc, grad, slot)
         encoded = exchange.encode(tf.gather(acc, indices), indices, self.value_encoding)

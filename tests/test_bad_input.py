@@ -1,0 +1,47 @@
+"""Bad input to a compressor: a clear error or an untouched pass-through, never silent damage."""
+import horovod.tensorflow as hvd
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from hvd_gradpart import COMPRESSORS, GradPartCompressor, TopKCompressor
+
+hvd.init()
+SPARSE = [c for c in COMPRESSORS.values() if hasattr(c, "instance")]
+
+
+@pytest.mark.parametrize("method", SPARSE)
+@pytest.mark.parametrize("tensor", [tf.range(4096), tf.ones([4096], tf.bool), tf.zeros([0]),
+                                    tf.constant(2.0), tf.zeros([3])])
+def test_ints_bools_empty_scalars_and_small_tensors_pass_through(method, tensor):
+    out, ctx = method().compress(tensor)
+    assert ctx is None and out is tensor
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nan_or_inf_is_a_clear_error_and_the_residual_is_kept(bad):
+    comp = TopKCompressor(ratio=0.01)
+    good = tf.constant(np.linspace(-1, 1, 4096, dtype=np.float32))
+    step = tf.function(lambda g: comp.decompress(*comp.compress(g)))
+    step(good)
+    residual = next(iter(comp.memory.slots.values())).residual.numpy().copy()
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"gradient '_lambda_/0' \(float32\(4096,\)\) holds NaN or Inf"):
+        step(tf.tensor_scatter_nd_update(good, [[7]], [bad]))
+    np.testing.assert_array_equal(next(iter(comp.memory.slots.values())).residual.numpy(), residual)
+
+
+def test_all_zero_gradient_sends_nothing_harmful():
+    comp = GradPartCompressor()
+    out = comp.decompress(*comp.compress(tf.zeros([8192])))
+    np.testing.assert_array_equal(out.numpy(), np.zeros(8192))
+    assert float(comp.memory.residual_mass()) == 0.0
+
+
+@pytest.mark.parametrize("make", [lambda: TopKCompressor(ratio=0), lambda: TopKCompressor(ratio=1.5),
+                                  lambda: TopKCompressor(min_elements=-1),
+                                  lambda: TopKCompressor(value_encoding="int4"),
+                                  lambda: GradPartCompressor(prediction_decay=1.0),
+                                  lambda: GradPartCompressor(density_floor=0.5, density_ceiling=0.1)])
+def test_invalid_hyperparameters_name_the_argument(make):
+    with pytest.raises(ValueError, match="ratio|min_elements|value_encoding|prediction_decay|density"):
+        make()
