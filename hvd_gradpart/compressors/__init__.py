@@ -2,14 +2,20 @@
 from horovod.tensorflow.compression import Compression
 
 from hvd_gradpart.compressors.base import SparseCompressor
+from hvd_gradpart.compressors.dgc import DGCCompressor
 from hvd_gradpart.compressors.gradpart import GradPartCompressor
+from hvd_gradpart.compressors.sidco import SIDCoCompressor
 from hvd_gradpart.compressors.topk import TopKCompressor
+from hvd_gradpart.compressors.variance import VarianceCompressor
 
 COMPRESSORS = {
     "none": Compression.none,
     "fp16": Compression.fp16,
     "topk": TopKCompressor,
     "gradpart": GradPartCompressor,
+    "variance": VarianceCompressor,
+    "dgc": DGCCompressor,
+    "sidco": SIDCoCompressor,
 }
 
 

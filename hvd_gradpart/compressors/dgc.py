@@ -1,0 +1,112 @@
+"""Deep Gradient Compression.
+
+Lin, Han, Mao, Wang, Dally 2018, "Deep Gradient Compression: Reducing the
+Communication Bandwidth for Distributed Training" (ICLR, arXiv:1712.01887).
+Per element, with momentum ``m`` and fresh gradient ``g``:
+
+* local gradient clipping (optional): ``g`` is clipped to L2 norm
+  ``clip_norm / sqrt(N)`` (N ranks) before it is accumulated;
+* momentum correction: ``u = m * u + g``, ``v = v + u`` (``v`` is the base's
+  residual), and ``v`` is what is sparsified and sent;
+* momentum factor masking: ``u`` and ``v`` are zeroed where sent (``v`` by
+  error feedback, ``u`` in ``after_send``);
+* warm-up: the density falls 25 %, 6.25 %, 1.5625 %, 0.4 % (one stage per
+  ``warmup_steps`` steps), then stays at ``density`` (0.1 %);
+* sampled threshold: the top-``density`` threshold of a strided sample of
+  ``|v|`` selects; if more than ``ceil(density * n)`` pass, exact top-k runs
+  on those that passed.
+
+The optimizer must be plain SGD without momentum: momentum is applied here,
+before the exchange. Deviations: the paper counts warm-up in epochs, here in
+steps (set ``warmup_steps`` to the steps per epoch to match it); clipping is
+per tensor, not over the global gradient norm (Horovod hands over one tensor
+at a time); the learning-rate warm-up is the training loop's business; the
+sample is strided with an offset that moves every step, not random, and the
+reference code's threshold-adaptation loop is omitted (exact top-k on the
+passing set bounds the count instead); exact zeros are never sent.
+"""
+import math
+
+import horovod.tensorflow as hvd
+import tensorflow as tf
+
+from hvd_gradpart.compressors.base import SparseCompressor
+
+WARMUP_DENSITIES = (0.25, 0.0625, 0.015625, 0.004)
+
+
+class DGCCompressor(SparseCompressor):
+    """DGC: momentum correction and masking, warm-up, sampled top-k threshold.
+
+    Args:
+        density: fraction sent per tensor after warm-up, in (0, 1].
+        momentum: momentum ``m`` of the correction, in [0, 1).
+        clip_norm: global gradient-norm threshold, or None (no clipping);
+            each rank clips its tensor to ``clip_norm / sqrt(N)``; > 0.
+        warmup_steps: steps per warm-up stage (0 disables warm-up); int >= 0.
+        warmup_densities: densities of the warm-up stages, each in (0, 1].
+        sample_ratio: fraction of elements sampled for the threshold, in (0, 1].
+        **kwargs: see ``SparseCompressor``.
+    """
+
+    def __init__(self, density=0.001, momentum=0.9, clip_norm=None, warmup_steps=100,
+                 warmup_densities=WARMUP_DENSITIES, sample_ratio=0.01, **kwargs):
+        super().__init__(**kwargs)
+        _check("density", density, 0.0 < density <= 1.0, "in (0, 1]")
+        _check("momentum", momentum, 0.0 <= momentum < 1.0, "in [0, 1)")
+        _check("clip_norm", clip_norm, clip_norm is None or clip_norm > 0, "None or > 0")
+        _check("warmup_steps", warmup_steps, isinstance(warmup_steps, int) and warmup_steps >= 0,
+               "an int >= 0")
+        _check("warmup_densities", warmup_densities, all(0.0 < d <= 1.0 for d in warmup_densities),
+               "a sequence of values in (0, 1]")
+        _check("sample_ratio", sample_ratio, 0.0 < sample_ratio <= 1.0, "in (0, 1]")
+        self.density, self.momentum, self.clip_norm = density, momentum, clip_norm
+        self.warmup_steps, self.warmup_densities = warmup_steps, tuple(warmup_densities)
+        self.sample_ratio = sample_ratio
+
+    def state_spec(self):
+        return {"u": lambda n, dtype: tf.zeros([n], dtype),
+                "step": lambda n, dtype: tf.constant(0, tf.int64)}
+
+    def density_at(self, step):
+        """The density of (0-based, int64) ``step`` under the warm-up schedule."""
+        if self.warmup_steps == 0:
+            return tf.constant(self.density, tf.float64)
+        schedule = tf.constant(self.warmup_densities + (self.density,), tf.float64)
+        stage = tf.minimum(step // self.warmup_steps, len(self.warmup_densities))
+        return tf.gather(schedule, stage)
+
+    def accumulate(self, slot, grad):
+        if self.clip_norm is not None:
+            grad = tf.clip_by_norm(grad, self.clip_norm / math.sqrt(hvd.size()))
+        u = slot.state["u"]
+        u.assign(tf.cast(self.momentum, grad.dtype) * u + grad)
+        return slot.residual + u
+
+    def select(self, acc, grad, slot):
+        n = acc.shape.num_elements()
+        step = slot.state["step"]
+        density = self.density_at(step)
+        magnitude = tf.abs(acc)
+        s = min(n, max(1, math.ceil(self.sample_ratio * n)))
+        stride = n // s
+        sample = magnitude[tf.cast(step % stride, tf.int32)::stride][:s]
+        top = lambda x, k: tf.math.top_k(x, k=tf.cast(k, tf.int32), sorted=False)
+        k_sample = tf.math.ceil(density * s)
+        threshold = tf.reduce_min(top(sample, k_sample).values)
+        indices = tf.cast(tf.where((magnitude >= threshold) & (magnitude > 0))[:, 0], tf.int32)
+        k = tf.cast(tf.math.ceil(density * n), tf.int32)
+        indices = tf.cond(tf.size(indices) > k,
+                          lambda: tf.gather(indices, top(tf.gather(magnitude, indices), k).indices),
+                          lambda: indices)
+        step.assign_add(1)
+        return indices, {"density": density, "threshold": threshold}
+
+    def after_send(self, slot, indices):
+        u = slot.state["u"]
+        u.scatter_nd_update(indices[:, None], tf.zeros_like(indices, u.dtype))
+
+
+def _check(name, value, ok, valid):
+    if not ok:
+        raise ValueError(f"DGCCompressor: {name} must be {valid}, got {value!r}")

@@ -1,0 +1,11 @@
+"""Every registered compression method trains on two ranks (one horovodrun launch)."""
+from conftest import horovodrun
+
+from hvd_gradpart.compressors import COMPRESSORS
+
+
+def test_every_registered_method_trains_bit_identically_on_two_ranks():
+    out = horovodrun("registry_check.py", np=2, backend="gloo", timeout=400)
+    for name in [*COMPRESSORS, "variance/microbatches"]:
+        assert f"OK {name}: ranks bit-identical" in out, name
+    assert f"OK registry checks passed for {len(COMPRESSORS) + 1} methods on 2 ranks" in out
