@@ -13,6 +13,11 @@ when ``|x - mu| > alpha * (1/beta + cost) ** (1/beta)``.
 import tensorflow as tf
 
 
+def _f64(x):
+    """``x`` as a float64 tensor, without a float32 detour for Python floats."""
+    return tf.cast(x, tf.float64) if tf.is_tensor(x) else tf.constant(x, tf.float64)
+
+
 def entropy(fit):
     """Differential entropy (nats) of the fitted distribution."""
     b = fit.beta
@@ -27,12 +32,12 @@ def excess_information(x, fit):
 
 def threshold(fit, cost):
     """Magnitude above which ``I(x) - h`` exceeds ``cost`` nats."""
-    return fit.alpha * (1 / fit.beta + tf.cast(cost, tf.float64)) ** (1 / fit.beta)
+    return fit.alpha * (1 / fit.beta + _f64(cost)) ** (1 / fit.beta)
 
 
 def power_threshold(fit, cost):
     """``exp(h) * cost``: the entropy power (width of the typical set) times ``cost``."""
-    return tf.exp(entropy(fit)) * tf.cast(cost, tf.float64)
+    return tf.exp(entropy(fit)) * _f64(cost)
 
 
 def position_cost(count):
@@ -47,8 +52,9 @@ def tail_threshold(fit, tail, iterations=60):
     """
     shape = 1 / fit.beta
     tail_at = lambda log_t: tf.math.igammac(shape, tf.exp(log_t - tf.math.log(fit.alpha)) ** fit.beta)
+    # (t/alpha)^beta of the tail point stays below -log(tail) + 20/beta + 50 for beta >= 0.1.
     lo = tf.math.log(fit.alpha) - tf.constant(20.0, tf.float64)
-    hi = tf.math.log(fit.alpha) + tf.constant(20.0, tf.float64)
+    hi = tf.math.log(fit.alpha) + tf.math.log(-tf.math.log(_f64(tail)) + 20 / fit.beta + 50) / fit.beta
 
     def body(lo, hi):
         mid = (lo + hi) / 2

@@ -33,7 +33,7 @@ class Fit(NamedTuple):
 def strided_sample(x, size):
     """At most ``size`` evenly strided elements of flat ``x`` (O(size))."""
     n = x.shape.num_elements()
-    stride = max(1, n // size)
+    stride = max(1, -(-n // size))
     return x[::stride][:size]
 
 
@@ -83,14 +83,23 @@ def fit(sample, fixed_family=None):
     return Fit(mu, tf.gather(alphas, family), tf.gather(betas, family), family)
 
 
-def predict(previous, current, steps_seen, decay):
-    """Carries parameters across steps: EMA of (mu, log alpha, beta).
+def log_sigma_over_alpha(beta):
+    """``log(sigma / alpha)`` of GG: ``(lgamma(3/beta) - lgamma(1/beta)) / 2``."""
+    return (tf.math.lgamma(3 / beta) - tf.math.lgamma(1 / beta)) / 2
 
+
+def predict(previous, current, steps_seen, decay):
+    """Carries parameters across steps: EMA of (mu, log sigma, beta).
+
+    The standard deviation, not alpha, is blended: alpha's meaning changes with
+    beta, sigma's does not. alpha is then recomputed from the blended pair.
     The first step (``steps_seen == 0``) takes the current fit as it is.
     """
     if decay == 0.0:
         return current
     w = tf.where(steps_seen > 0, tf.constant(decay, tf.float64), tf.constant(0.0, tf.float64))
     blend = lambda p, c: w * p + (1 - w) * c
-    alpha = tf.exp(blend(tf.math.log(previous.alpha), tf.math.log(current.alpha)))
-    return Fit(blend(previous.mu, current.mu), alpha, blend(previous.beta, current.beta), current.family)
+    log_sigma = lambda f: tf.math.log(f.alpha) + log_sigma_over_alpha(f.beta)
+    beta = blend(previous.beta, current.beta)
+    alpha = tf.exp(blend(log_sigma(previous), log_sigma(current)) - log_sigma_over_alpha(beta))
+    return Fit(blend(previous.mu, current.mu), alpha, beta, current.family)

@@ -48,13 +48,13 @@ class GradPartCompressor(SparseCompressor):
                  density_floor=1e-4, density_ceiling=0.02, fit=True, partition=True,
                  entropy=True, predict=True, fixed_density=1e-3, value_encoding="fp16", **kwargs):
         super().__init__(value_encoding=value_encoding, **kwargs)
-        _check("sample_size", sample_size, isinstance(sample_size, int) and sample_size >= 16, "an int >= 16")
-        _check("prediction_decay", prediction_decay, 0.0 <= prediction_decay < 1.0, "in [0, 1)")
-        _check("margin", margin, math.isfinite(margin) and margin >= 0.0, "finite and >= 0")
-        _check("density_floor", density_floor, 0.0 <= density_floor <= 1.0, "in [0, 1]")
-        _check("density_ceiling", density_ceiling, density_floor <= density_ceiling <= 1.0,
+        _check("sample_size", sample_size, lambda v: isinstance(v, int) and v >= 16, "an int >= 16")
+        _check("prediction_decay", prediction_decay, lambda v: 0.0 <= v < 1.0, "in [0, 1)")
+        _check("margin", margin, lambda v: math.isfinite(v) and v >= 0.0, "finite and >= 0")
+        _check("density_floor", density_floor, lambda v: 0.0 <= v <= 1.0, "in [0, 1]")
+        _check("density_ceiling", density_ceiling, lambda v: density_floor <= v <= 1.0,
                "in [density_floor, 1]")
-        _check("fixed_density", fixed_density, 0.0 < fixed_density < 1.0, "in (0, 1)")
+        _check("fixed_density", fixed_density, lambda v: 0.0 < v < 1.0, "in (0, 1)")
         self.sample_size = sample_size
         self.prediction_decay = prediction_decay if predict else 0.0
         self.margin = margin
@@ -73,6 +73,8 @@ class GradPartCompressor(SparseCompressor):
         s = slot.state
         previous = stats.Fit(s["mu"], s["alpha"], s["beta"], current.family)
         fit = stats.predict(previous, current, s["steps"], self.prediction_decay)
+        empty = tf.equal(tf.size(nonzero), 0)  # nothing to fit: keep the last prediction
+        fit = stats.Fit(*(tf.where(empty, p, f) for p, f in zip(previous[:3], fit[:3])), fit.family)
         s["mu"].assign(fit.mu)
         s["alpha"].assign(fit.alpha)
         s["beta"].assign(fit.beta)
@@ -116,5 +118,6 @@ class GradPartCompressor(SparseCompressor):
 
 
 def _check(name, value, ok, valid):
-    if not ok:
+    """Raises ValueError naming ``name`` unless ``value`` is a number passing ``ok``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
         raise ValueError(f"GradPartCompressor: {name} must be {valid}, got {value!r}")
