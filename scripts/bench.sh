@@ -17,6 +17,8 @@ bash scripts/edge_cluster.sh up >/dev/null
 trap 'bash scripts/edge_cluster.sh down >/dev/null' EXIT
 for rate in $RATES; do
   bash scripts/edge_cluster.sh rate "$rate" >/dev/null
+  .venv/bin/horovodrun -np 2 -hostfile hostfiles/edge --mpi "$PY" "$PWD/scripts/linkprobe.py" \
+    --out "$PWD/$OUT/linkprobe-$rate.json" >/dev/null 2>&1 || echo "bench: link probe failed at $rate" >&2
   for model in $MODELS; do
     .venv/bin/horovodrun -np 2 -hostfile hostfiles/edge --gloo --disable-cache \
       "$PY" "$PWD/scripts/bench_throughput.py" --model "$model" --methods $METHODS \

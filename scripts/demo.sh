@@ -9,7 +9,7 @@ OUT=${OUT:-results/demo}
 EPOCHS=${EPOCHS:-5}
 RATE=${RATE:-100mbit}
 mkdir -p "$OUT"
-rm -f "$OUT"/*.jsonl
+rm -f "$OUT"/*.jsonl "$OUT"/linkprobe.json
 
 started_cluster=0
 if bash scripts/edge_cluster.sh up --rate "$RATE"; then
@@ -23,6 +23,11 @@ else
   where="localhost (no shaped link)"
 fi
 
+if [ "$started_cluster" = 1 ]; then
+  .venv/bin/horovodrun -np 2 "${hosts[@]}" --mpi "$PY" "$PWD/scripts/linkprobe.py" \
+    --out "$PWD/$OUT/linkprobe.json" 2>&1 | grep -o 'link 0<->.*' \
+    || echo "demo: link probe failed (mpi4py over the cluster); continuing" >&2
+fi
 for method in none gradpart; do
   echo "demo: training lenet5 on mnist5k with --compressor $method on $where"
   .venv/bin/horovodrun -np 2 "${hosts[@]}" --gloo --disable-cache \
@@ -30,4 +35,4 @@ for method in none gradpart; do
     --epochs "$EPOCHS" --jsonl "$PWD/$OUT/$method.jsonl"
 done
 "$PY" scripts/summarize.py --title "LeNet-5 on mnist5k, 2 ranks, $where" \
-  --plot "$OUT/demo.png" --markdown "$OUT/demo.md" "$OUT"/none.jsonl "$OUT"/gradpart.jsonl
+  --plot "$OUT/demo.png" --markdown "$OUT/demo.md" --probe "$OUT/linkprobe.json" "$OUT"/none.jsonl "$OUT"/gradpart.jsonl

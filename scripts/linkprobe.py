@@ -54,7 +54,9 @@ def main():
                    "latency_ms": {p: 1e3 * results[f"{p}/{args.sizes[0]}"] for p in range(1, size)},
                    "bandwidth_MBps": {p: args.sizes[-1] / results[f"{p}/{args.sizes[-1]}"] / 1e6
                                       for p in range(1, size)}}
-        print(json.dumps(summary, indent=1))
+        for peer in range(1, size):
+            print(f"link 0<->{peer}: latency {summary['latency_ms'][peer]:.2f} ms, "
+                  f"bandwidth {summary['bandwidth_MBps'][peer]:.1f} MB/s", flush=True)
         if args.out:
             with open(args.out, "w") as f:
                 json.dump(summary, f, indent=1)

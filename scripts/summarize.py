@@ -4,6 +4,7 @@
 """
 import argparse
 import json
+import os
 
 import matplotlib
 
@@ -59,9 +60,15 @@ def main():
     p.add_argument("--title", default="")
     p.add_argument("--plot")
     p.add_argument("--markdown")
+    p.add_argument("--probe", help="linkprobe.py JSON to quote under the table")
     args = p.parse_args()
     runs = [read(path) for path in args.logs]
     table = markdown([row(r) for r in runs], args.title)
+    if args.probe and os.path.exists(args.probe):
+        with open(args.probe) as f:
+            probe = json.load(f)
+        table += "\n\nLink (scripts/linkprobe.py, rank 0 <-> 1): latency {:.2f} ms, bandwidth {:.1f} MB/s".format(
+            probe["latency_ms"]["1"], probe["bandwidth_MBps"]["1"])
     print(table)
     if args.markdown:
         with open(args.markdown, "w") as f:
