@@ -3,7 +3,6 @@ scripts that must run under ``horovodrun`` with several ranks."""
 import os
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -24,6 +23,15 @@ def pytest_configure(config):
 HOROVODRUN = Path(sys.executable).with_name("horovodrun")
 
 
+def launch_env():
+    """This process's environment without the MPI singleton state that ``hvd.init()`` in a test
+    of this process leaves behind (``OMPI_*``/``PMIX_*``): a child ``mpirun`` that inherits it
+    exits 1 without a word."""
+    keep = {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"}
+    return {k: v for k, v in os.environ.items()
+            if k in keep or not k.startswith(("OMPI_", "PMIX_", "OPAL_", "ORTE_"))}
+
+
 def horovodrun(script, np=2, backend="gloo", args=(), timeout=240, hosts=None):
     """Runs ``tests/parallel/<script>`` on ``np`` local ranks; returns its output.
 
@@ -32,17 +40,11 @@ def horovodrun(script, np=2, backend="gloo", args=(), timeout=240, hosts=None):
     """
     cmd = [str(HOROVODRUN), "-np", str(np), "-H", hosts or f"localhost:{np}", f"--{backend}",
            sys.executable, str(PARALLEL / script), *args]
-    for attempt in (1, 2):
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired as e:
-            pytest.fail(f"{' '.join(cmd)} hung for {timeout}s:\n{e.stdout}\n{e.stderr}")
-        out = done.stdout + done.stderr
-        if done.returncode == 0 or out.strip() or attempt == 2:
-            break
-        # A launch that died before any rank printed a word is the launcher's failure, not the
-        # check's (seen once with --mpi right after another launch): say so, and launch again.
-        warnings.warn(f"{' '.join(cmd)} exited {done.returncode} without any output; relaunching once")
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=launch_env())
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"{' '.join(cmd)} hung for {timeout}s:\n{e.stdout}\n{e.stderr}")
+    out = done.stdout + done.stderr
     if done.returncode != 0:
         pytest.fail(f"{' '.join(cmd)} exited {done.returncode}:\n{out[-6000:] or '(no output)'}")
     return out

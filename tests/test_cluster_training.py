@@ -5,7 +5,6 @@ the link (its kernel counters), and how the compressor's own accounting
 compares with those counters.
 """
 import json
-import os
 import re
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import launch_env
 from test_edge_cluster import _WHY, cluster  # noqa: F401  (skips this module with the same loud reason)
 
 pytestmark = pytest.mark.cluster
@@ -35,7 +35,7 @@ def counters():
 
 def train(compressor, tmp_path):
     log = tmp_path / f"{compressor}.jsonl"
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    env = launch_env()
     before = counters()
     done = subprocess.run(
         [str(HOROVODRUN), "-np", "2", "-hostfile", str(ROOT / "hostfiles" / "edge"), "--gloo",
