@@ -44,6 +44,14 @@ class TensorMetrics(tf.Module):
         return {name: float(v.numpy()) for name, v in self.values.items()}
 
 
+def resolve(compression):
+    """The instance doing the work: a sparse class given to Horovod runs on its default
+    instance; None for Horovod's own dense compressors."""
+    if isinstance(compression, type):
+        return compression.instance() if hasattr(compression, "instance") else None
+    return compression if hasattr(compression, "memory") else None
+
+
 def snapshot(compressor):
     """``{slot key: {counter: value}}`` for every gradient ``compressor`` handled."""
     return {key: slot.metrics.read() for key, slot in compressor.memory.slots.items()}
@@ -90,7 +98,7 @@ class MetricsCallback(tf.keras.callbacks.Callback):
 
     def __init__(self, compressor, path, every=0, per_tensor=False):
         super().__init__()
-        self.compressor = getattr(compressor, "instance", lambda: compressor)()
+        self.compressor = resolve(compressor)
         self.logger = JsonlLogger(path)
         self.every = every
         self.per_tensor = per_tensor

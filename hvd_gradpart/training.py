@@ -72,10 +72,8 @@ def evaluate(model, x, y, batch_size=500):
 
 def compression_summary(compression):
     """The compressor's byte accounting, or None for Horovod's dense ones."""
-    instance = getattr(compression, "instance", None)
-    if instance is None and not hasattr(compression, "memory"):
-        return None
-    return metrics.summary(compression if hasattr(compression, "memory") else instance())
+    instance = metrics.resolve(compression)
+    return metrics.summary(instance) if instance is not None else None
 
 
 def time_steps(step, batch, steps, warmup, windows):
