@@ -17,7 +17,7 @@ import tensorflow as tf  # noqa: E402
 
 from hvd_gradpart import COMPRESSORS, get_compressor, training  # noqa: E402
 from hvd_gradpart.data import DATASETS, DataNotFoundError, batches, load_dataset, shard  # noqa: E402
-from hvd_gradpart.metrics import JsonlLogger  # noqa: E402
+from hvd_gradpart.metrics import JsonlLogger, resolve, snapshot  # noqa: E402
 from hvd_gradpart.models import MODELS, build_model  # noqa: E402
 
 
@@ -57,6 +57,8 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=positive(int), default=1, help="TF threads per pool per rank")
     p.add_argument("--jsonl", help="JSONL file for per-epoch records (rank 0)")
     p.add_argument("--tensorboard", help="TensorBoard log folder (rank 0)")
+    p.add_argument("--tensor-jsonl", help="JSONL file for per-tensor compressor metrics (rank 0)")
+    p.add_argument("--tensor-every", type=positive(int), default=10, help="steps between --tensor-jsonl records")
     return p.parse_args(argv)
 
 
@@ -80,6 +82,9 @@ def main(argv=None):
     step = training.make_step(model, optimizer, compression)
     logger = JsonlLogger(args.jsonl) if args.jsonl and rank == 0 else None
     board = tf.summary.create_file_writer(args.tensorboard) if args.tensorboard and rank == 0 else None
+    instance = resolve(compression)
+    tensors = JsonlLogger(args.tensor_jsonl) if args.tensor_jsonl and instance is not None and rank == 0 else None
+    steps = 0
     start, link0 = time.perf_counter(), training.link_counters()
     for epoch in range(args.epochs):
         t0, seen, loss_sum, hits = time.perf_counter(), 0, 0.0, 0.0
@@ -88,6 +93,9 @@ def main(argv=None):
             if epoch == 0 and i == 0:
                 training.broadcast_initial_state(model, optimizer)
             loss_sum, hits, seen = loss_sum + float(loss) * len(yb), hits + float(hit), seen + len(yb)
+            steps += 1
+            if tensors and steps % args.tensor_every == 0:
+                tensors.write(step=steps, epoch=epoch + 1, tensors=snapshot(instance))
         elapsed = time.perf_counter() - t0
         if rank != 0:
             continue
