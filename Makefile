@@ -1,11 +1,12 @@
-# hvd_gradpart: `make demo` runs the main job, `make test` the tests; both set up first.
+# hvd_gradpart: `make demo` runs the main job, `make test` the tests, `make bench` the quick
+# evaluation suite (`make bench-full` or `BENCH=full make bench`: all of it); all set up first.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-done
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench bench-full clean
 
 setup: $(STAMP)
 
@@ -18,6 +19,12 @@ test: setup
 
 demo: setup
 	bash scripts/demo.sh
+
+bench: setup
+	bash scripts/bench_all.sh
+
+bench-full: setup
+	BENCH=full bash scripts/bench_all.sh
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

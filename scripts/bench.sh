@@ -2,6 +2,8 @@
 # Throughput of every method side by side, per model and link rate, on the edge cluster.
 #   bash scripts/bench.sh                 # quick: mlp and lenet5 at 100 and 20 Mbit/s
 #   MODELS="mlp lenet5 resnet20" RATES="1gbit 100mbit 20mbit" bash scripts/bench.sh
+# APPEND=1 adds rows to benchmarks/throughput.jsonl instead of starting it afresh (one call per
+# rate, as make bench does, keeps each hold of the cluster short).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TF_CPP_MIN_LOG_LEVEL=2
@@ -12,7 +14,7 @@ RATES=${RATES:-"100mbit 20mbit"}
 METHODS=${METHODS:-$("$PY" -c 'import hvd_gradpart as h; print(" ".join(sorted(h.COMPRESSORS)))')}
 mkdir -p "$OUT"
 rows="$OUT/throughput.jsonl"
-rm -f "$rows"
+[ "${APPEND:-0}" = 1 ] || rm -f "$rows"
 bash scripts/edge_cluster.sh up >/dev/null
 trap 'bash scripts/edge_cluster.sh down >/dev/null' EXIT
 for rate in $RATES; do

@@ -1,18 +1,22 @@
-"""Markdown table of bench_throughput.py rows: samples/s per method, model and link rate."""
+"""Markdown table of bench_throughput.py rows: samples/s per method, model and link rate.
+
+    python scripts/bench_table.py benchmarks/throughput.jsonl
+"""
 import json
 import sys
-from collections import defaultdict
+
+NOTE = "samples/s over all ranks, median of timing windows after warm-up, all methods in one launch."
 
 
-def main(path):
-    rows = [json.loads(line) for line in open(path) if line.strip()]
-    groups = defaultdict(dict)
+def table(rows):
+    """The Markdown table of ``rows``, one line per model, link label and rank count."""
+    groups = {}
     for r in rows:
-        groups[(r["model"], r["label"])][r["method"]] = r
+        groups.setdefault((r["model"], r["label"], r.get("ranks", 2)), {})[r["method"]] = r
     methods = [m for m in dict.fromkeys(r["method"] for r in rows) if m != "compute-only"]
-    print("| model | link | compute-only bound | " + " | ".join(methods) + " |")
-    print("|---|---|---|" + "---|" * len(methods))
-    for (model, label), by in groups.items():
+    lines = ["| model | link | ranks | compute-only bound | " + " | ".join(methods) + " |",
+             "|---|---|---|---|" + "---|" * len(methods)]
+    for (model, label, ranks), by in groups.items():
         bound = by["compute-only"]["samples_per_s"]
         none = by.get("none", {}).get("samples_per_s")
         cells = []
@@ -23,8 +27,13 @@ def main(path):
             sps = by[m]["samples_per_s"]
             vs_none = f", {sps / none:.1f}x none" if none and m != "none" else ""
             cells.append(f"{sps:.0f} ({sps / bound:.2f} of bound{vs_none})")
-        print(f"| {model} | {label} | {bound:.0f} | " + " | ".join(cells) + " |")
-    print("\nsamples/s over 2 ranks, median of timing windows after warm-up, all methods in one launch.")
+        lines.append(f"| {model} | {label} | {ranks} | {bound:.0f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\n" + NOTE
+
+
+def main(path):
+    with open(path) as f:
+        print(table([json.loads(line) for line in f if line.strip()]))
 
 
 if __name__ == "__main__":

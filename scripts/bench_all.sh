@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The evaluation suite on the edge cluster, then its tables, plots and docs/results.md.
+#   bash scripts/bench_all.sh              # quick (make bench): about 15 minutes on 2 cores
+#   BENCH=full bash scripts/bench_all.sh   # full (make bench-full): every model, rate and stage
+# Stages: throughput (scripts/bench.sh), convergence of every registered method and the ablation
+# of each GradPart stage (scripts/bench_convergence.sh), in full mode also the 4-node run
+# (scripts/bench_scaling.sh). Quick mode trains the study's groups (none, variance) with topk and
+# gradpart on lenet5 and times the MLP at 100 Mbit/s; full mode covers every method, model and
+# rate. Each stage holds the cluster lock (CLUSTER_LOCK) only while it runs,
+# so other users of the cluster can go in between; each leaves the cluster down.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LOCK=${CLUSTER_LOCK:-/tmp/hvd_gradpart_cluster.lock}
+OUT=benchmarks
+METHODS=$(.venv/bin/python -c 'import hvd_gradpart as h; print(" ".join(sorted(h.COMPRESSORS)))')
+QUICK_METHODS="none variance topk gradpart"
+ABLATION=(no-fit=gradpart,fit=false no-partition=gradpart,partition=false
+          no-entropy=gradpart,entropy=false no-predict=gradpart,predict=false)
+
+locked() { flock "$LOCK" "$@"; }
+
+throughput() {  # MODELS RATE...
+  local models=$1 append=0 rate
+  shift
+  for rate in "$@"; do
+    locked env APPEND=$append MODELS="$models" RATES="$rate" bash scripts/bench.sh
+    append=1
+  done
+}
+
+convergence() {  # METHODS EPOCHS MODEL..., one hold per method
+  local methods=$1 epochs=$2 model method
+  shift 2
+  rm -rf "${@/#/$OUT/convergence/}"
+  for model in "$@"; do
+    for method in $methods; do
+      locked env EPOCHS="$epochs" bash scripts/bench_convergence.sh "$OUT/convergence" "$model" "$method=$method"
+    done
+  done
+}
+
+ablation() {  # EPOCHS MODEL..., one hold per model; default GradPart is the convergence run
+  local epochs=$1 model
+  shift
+  rm -rf "${@/#/$OUT/ablation/}"
+  for model in "$@"; do
+    locked env EPOCHS="$epochs" bash scripts/bench_convergence.sh "$OUT/ablation" "$model" "${ABLATION[@]}"
+    cp "$OUT/convergence/$model/gradpart.jsonl" "$OUT/ablation/$model/gradpart.jsonl"
+  done
+}
+
+mode=${BENCH:-quick}
+start=$(date +%s)
+case $mode in
+  quick)
+    throughput mlp 100mbit
+    convergence "$QUICK_METHODS" 3 lenet5
+    ablation 3 lenet5 ;;
+  full)
+    throughput "mlp lenet5 resnet20" 10gbit 1gbit 100mbit 20mbit
+    convergence "$METHODS" 5 mlp lenet5 resnet20
+    ablation 5 mlp lenet5
+    locked bash scripts/bench_scaling.sh ;;
+  *) echo "bench_all.sh: BENCH must be quick or full, got '$mode'" >&2; exit 2 ;;
+esac
+awk -v m="$mode" -v t="$(date -u +%FT%TZ)" -v s=$(($(date +%s) - start)) \
+  'BEGIN { printf "{\"mode\": \"%s\", \"finished\": \"%s\", \"minutes\": %.1f}\n", m, t, s / 60 }' \
+  > "$OUT/suite.json"
+.venv/bin/python scripts/bench_report.py --results "$OUT" --docs docs/results.md

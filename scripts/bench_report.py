@@ -1,0 +1,182 @@
+"""Tables, CSV/JSON summaries and plots from the benchmark result files; fills docs/results.md.
+
+    python scripts/bench_report.py --results benchmarks --docs docs/results.md
+
+Reads what exists of ``throughput.jsonl``, ``convergence/``, ``ablation/``, ``scaling.jsonl``
+and ``linkprobe-<rate>.json`` under ``--results``; writes ``*.csv``, ``targets.json``,
+``scaling.json`` and ``plots/*.png`` there, and replaces each block of ``--docs`` between
+``<!-- generated:NAME -->`` and ``<!-- /generated:NAME -->`` with the current figures.
+"""
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import bench_results as br
+import bench_table
+import bench_targets
+import plots
+import scaling
+
+RUN_COLUMNS = [("run", "run", ""), ("epochs", "epochs", "d"), ("test acc", "test_acc", ".4f"),
+               ("gap vs none (pp)", "gap_pp", "+.1f"), ("test loss", "test_loss", ".3f"),
+               ("ratio (compressor)", "ratio", ".0f"), ("ratio (link, vs none)", "link_ratio", ".1f"),
+               ("last density", "density", ".2e"), ("link MB", "link_MB", ".1f"),
+               ("samples/s", "samples_per_s", ".0f"), ("wall s", "wall_s", ".0f")]
+ABLATION_COLUMNS = [("gap vs gradpart (pp)", k, f) if k == "gap_pp" else (h, k, f)
+                    for h, k, f in RUN_COLUMNS if k != "link_ratio"]
+SCALING_NODES = (2, 4, 8, 16, 32, 64)
+SCALING_RATES = ("20mbit", "100mbit", "1gbit", "10gbit")
+
+
+def fill(text, name, content):
+    """``text`` with the generated block ``name`` replaced by ``content``."""
+    pattern = re.compile(rf"(<!-- generated:{name} -->\n).*?(<!-- /generated:{name} -->)", re.S)
+    if not pattern.search(text):
+        print(f"bench_report: no block '{name}' in the docs; left as is", file=sys.stderr)
+        return text
+    return pattern.sub(lambda m: m.group(1) + content.strip() + "\n" + m.group(2), text)
+
+
+def throughput_section(results, rows):
+    (results / "throughput.md").write_text(bench_table.table(rows) + "\n")
+    br.write_csv([{k: v for k, v in r.items() if k not in ("compression", "windows_s")} for r in rows],
+                 results / "throughput.csv")
+    plots.throughput(rows, results / "plots" / "throughput.png",
+                     "Throughput per method (bars) and compute-only bound (dashed), 2 ranks")
+    return bench_table.table(rows) + "\n\n![throughput](../benchmarks/plots/throughput.png)"
+
+
+def runs_section(results, kind, runs, reference):
+    """Tables and plots of convergence or ablation runs, one model at a time."""
+    parts, all_rows = [], []
+    for model, by_name in runs.items():
+        ref = by_name.get(reference)
+        order = sorted(by_name, key=lambda n: (n != reference, n))
+        rows = [{**br.summary_row(n, by_name[n], ref), "reference": reference} for n in order]
+        all_rows += rows
+        last = rows[0]
+        head = (f"**{model}** on {last['dataset']}, {last['ranks']} ranks, "
+                f"{last['epochs']} epochs, seed 0")
+        columns = RUN_COLUMNS if reference == br.REFERENCE else ABLATION_COLUMNS
+        parts += [head, "", br.markdown(rows, columns), ""]
+        stem = results / "plots" / f"{kind}-{model}"
+        if kind == "convergence":
+            plots.convergence(by_name, f"{stem}.png", f"{model}: test accuracy and loss, 2 ranks")
+            plots.ratios(by_name, f"{stem}-ratio.png", f"{model}: compression ratio over training")
+            parts.append(f"![{model} convergence](../benchmarks/plots/{kind}-{model}.png)\n"
+                         f"![{model} ratio](../benchmarks/plots/{kind}-{model}-ratio.png)")
+            tensors = results / kind / model / "gradpart.tensors.jsonl"
+            if tensors.exists() and tensors.stat().st_size:
+                plots.density(br.read_jsonl(tensors), f"{stem}-density.png",
+                              f"{model}: GradPart's density per layer")
+                parts.append(f"![{model} density](../benchmarks/plots/{kind}-{model}-density.png)")
+        else:
+            plots.ablation(rows, f"{stem}.png", f"{model}: GradPart with one stage switched off")
+            parts.append(f"![{model} ablation](../benchmarks/plots/{kind}-{model}.png)")
+        parts.append("")
+    br.write_csv(all_rows, results / f"{kind}.csv")
+    return "\n".join(parts)
+
+
+def bandwidth(results, label):
+    """Measured link bandwidth (bytes/s) at ``label``, else the nominal rate."""
+    probe = results / f"linkprobe-{label}.json"
+    if probe.exists():
+        return json.loads(probe.read_text())["bandwidth_MBps"]["1"] * 1e6
+    return scaling.rate_bytes(label)
+
+
+def scaling_section(results, rows):
+    """Calibrates the model on the 2-node rows of scaling.jsonl; predicts and checks 4 nodes."""
+    groups = br.group_throughput(rows)
+    two = next(((k, g) for k, g in groups.items() if k[2] == 2), None)
+    if two is None:
+        return "No 2-node rows in scaling.jsonl."
+    (model, label, _), group = two
+    c = scaling.calibrate(group, bandwidth(results, label))
+    b = scaling.rate_bytes(label)
+    measured, checks = {}, []
+    for (m, lab, n), g in groups.items():
+        for method, kind in (("none", "dense"), ("gradpart", "sparse")):
+            if method in g:
+                measured[(kind, n)] = g[method]["step_s"]
+                predicted = scaling.step_time(c, kind, n, c.bandwidth, g["compute-only"]["step_s"])
+                checks.append({"nodes": n, "method": method, "measured_step_s": g[method]["step_s"],
+                               "predicted_step_s": predicted,
+                               "compute_only_step_s": g["compute-only"]["step_s"]})
+    predictions = scaling.prediction_rows(c, SCALING_NODES, SCALING_RATES)
+    even = {lab: scaling.break_even_nodes(c, scaling.rate_bytes(lab)) for lab in SCALING_RATES}
+    even_b = {n: scaling.break_even_bandwidth(c, n) * 8 / 1e6 for n in SCALING_NODES}
+    summary = {"constants": c.__dict__, "calibrated_at": label, "checks": checks,
+               "predictions": predictions, "break_even_nodes": even, "break_even_mbit": even_b}
+    (results / "scaling.json").write_text(json.dumps(summary, indent=1) + "\n")
+    plots.scaling_curves(c, measured, results / "plots" / "scaling.png",
+                         f"{model}: modelled step time, dense allreduce (--) vs sparse allgather (-)")
+    lines = [f"Constants ({model}, calibrated on the 2-node launch at {label}): compute-only step "
+             f"{1e3 * c.t_compute:.1f} ms, dense gradient M = {c.dense_bytes / 1e6:.2f} MB, GradPart "
+             f"payload s = {c.sparse_bytes / 1e3:.1f} kB per rank per step, dense small tensors "
+             f"m = {c.small_bytes / 1e3:.1f} kB, link {c.bandwidth / 1e6:.1f} MB/s at efficiency "
+             f"eta = {c.efficiency:.2f}, sparse fixed cost o_s = {1e3 * c.overhead:.0f} ms at N = 2.", "",
+             br.markdown(checks, [("nodes", "nodes", "d"), ("method", "method", ""),
+                                  ("compute-only (s)", "compute_only_step_s", ".3f"),
+                                  ("measured step (s)", "measured_step_s", ".3f"),
+                                  ("model (s)", "predicted_step_s", ".3f")]), "",
+             "Modelled samples/s (compute per node as measured at N = 2, one node per machine):", "",
+             br.markdown(predictions, [("link", "link", ""), ("nodes", "nodes", "d"),
+                                       ("dense allreduce", "dense_sps", ".0f"),
+                                       ("gradpart", "sparse_sps", ".0f"),
+                                       ("gradpart / dense", "speedup", ".2f"),
+                                       ("gradpart of bound", "sparse_of_bound", ".2f")]), "",
+             "Dense allreduce catches up with GradPart at N = " + ", ".join(
+                 f"{even[lab] or '>4096'} ({lab})" for lab in SCALING_RATES)
+             + "; at a given N, dense is faster above " + ", ".join(
+                 f"{even_b[n]:.0f} Mbit/s (N = {n})" for n in SCALING_NODES) + ".",
+             "", "![scaling](../benchmarks/plots/scaling.png)"]
+    return "\n".join(lines)
+
+
+def targets_section(results, rows, convergence):
+    lines = bench_targets.check(rows, convergence)
+    (results / "targets.json").write_text(json.dumps(lines, indent=1) + "\n")
+    return br.markdown(lines, [("target", "target", ""), ("measured", "measured", ""),
+                               ("status", "status", "")])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--results", default="benchmarks", type=Path)
+    p.add_argument("--docs", type=Path, help="Markdown file with generated blocks to fill")
+    args = p.parse_args(argv)
+    results = args.results
+    (results / "plots").mkdir(parents=True, exist_ok=True)
+    blocks = {}
+    suite = results / "suite.json"
+    if suite.exists():
+        s = json.loads(suite.read_text())
+        blocks["suite"] = f"Last suite run: `{s['mode']}` mode, finished {s['finished']}, {s['minutes']} minutes."
+    throughput_file = results / "throughput.jsonl"
+    rows = br.read_jsonl(throughput_file) if throughput_file.exists() else []
+    if rows:
+        blocks["throughput"] = throughput_section(results, rows)
+    convergence = br.load_runs(results / "convergence")
+    if convergence:
+        blocks["convergence"] = runs_section(results, "convergence", convergence, br.REFERENCE)
+    ablation = br.load_runs(results / "ablation")
+    if ablation:
+        blocks["ablation"] = runs_section(results, "ablation", ablation, "gradpart")
+    if (results / "scaling.jsonl").exists():
+        blocks["scaling"] = scaling_section(results, br.read_jsonl(results / "scaling.jsonl"))
+    blocks["targets"] = targets_section(results, rows, convergence)
+    if args.docs:
+        text = args.docs.read_text()
+        for name, content in blocks.items():
+            text = fill(text, name, content)
+        args.docs.write_text(text)
+    for name in blocks:
+        print(f"bench_report: {name} done")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""The benchmark figures (matplotlib, Agg); each function writes one PNG."""
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+import bench_results as br  # noqa: E402
+import scaling  # noqa: E402
+
+
+def _save(fig, path, title):
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _style(name):
+    """GradPart (and its default) drawn bold so it stands out among the peers."""
+    return {"linewidth": 2.6, "zorder": 3} if name == "gradpart" else {"linewidth": 1.3}
+
+
+def convergence(runs, path, title):
+    """Test accuracy and loss against epoch and against wall-clock seconds."""
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    for name, records in runs.items():
+        epochs = [r["epoch"] for r in records]
+        wall = [r["wall_s"] for r in records]
+        for row, key in enumerate(("test_acc", "test_loss")):
+            values = [r[key] for r in records]
+            axes[row][0].plot(epochs, values, marker="o", label=name, **_style(name))
+            axes[row][1].plot(wall, values, marker="o", label=name, **_style(name))
+    for row, label in enumerate(("test accuracy", "test loss")):
+        axes[row][0].set(xlabel="epoch", ylabel=label)
+        axes[row][1].set(xlabel="wall-clock seconds", ylabel=label)
+    for ax in axes.flat:
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    _save(fig, path, title)
+
+
+def ratios(runs, path, title):
+    """Compression ratio per epoch: compressor's accounting and link counters (log scale)."""
+    fig, (by_comp, by_link) = plt.subplots(1, 2, figsize=(11, 4))
+    reference = runs.get(br.REFERENCE)
+    for name, records in runs.items():
+        epochs = [r["epoch"] for r in records]
+        own = br.epoch_ratios(records)
+        if own:
+            by_comp.plot(epochs, own, marker="o", label=name, **_style(name))
+        if reference and name != br.REFERENCE:
+            by_link.plot(epochs[:len(reference)], br.link_ratios(records, reference), marker="o",
+                         label=name, **_style(name))
+    by_comp.set(xlabel="epoch", ylabel="dense bytes / bytes sent", yscale="log",
+                title="compressor's accounting (sparsified tensors)")
+    by_link.set(xlabel="epoch", ylabel="link bytes of none / link bytes", yscale="log",
+                title="link counters (everything on the wire)")
+    for ax in (by_comp, by_link):
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    _save(fig, path, title)
+
+
+def throughput(rows, path, title):
+    """Samples/s bars per method, one panel per model and link, compute-only bound dashed."""
+    groups = br.group_throughput(rows)
+    fig, axes = plt.subplots(1, len(groups), figsize=(3.6 * len(groups), 4), squeeze=False)
+    for ax, ((model, label, ranks), by) in zip(axes[0], groups.items()):
+        methods = [m for m in by if m != "compute-only"]
+        values = [by[m]["samples_per_s"] for m in methods]
+        colors = ["tab:red" if m == "gradpart" else "tab:blue" for m in methods]
+        ax.bar(methods, values, color=colors)
+        if "compute-only" in by:
+            ax.axhline(by["compute-only"]["samples_per_s"], color="k", linestyle="--",
+                       label="compute-only bound")
+            ax.legend(fontsize=8, loc="lower right")
+        ax.set(title=f"{model}, {label}, {ranks} ranks", ylabel="samples/s", yscale="log")
+        ax.tick_params(axis="x", rotation=60)
+        ax.grid(alpha=0.3, axis="y", which="both")
+    _save(fig, path, title)
+
+
+def density(tensor_records, path, title):
+    """GradPart's fraction sent per gradient (layer) over training steps."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    sizes = br.slot_sizes(tensor_records)
+    for i, (slot, (steps, values)) in enumerate(br.densities(tensor_records).items()):
+        ax.plot(steps, values, label=f"layer {i} ({sizes[slot]:,} elements)", linewidth=1.2)
+    ax.set(xlabel="training step", ylabel="fraction sent", yscale="log")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    _save(fig, path, title)
+
+
+def ablation(rows, path, title):
+    """Final accuracy, compression ratio and samples/s per ablation variant."""
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4))
+    names = [r["run"] for r in rows]
+    colors = ["tab:red" if n == "gradpart" else "tab:gray" for n in names]
+    for ax, key, label, log in ((axes[0], "test_acc", "final test accuracy", False),
+                                (axes[1], "ratio", "compression ratio", True),
+                                (axes[2], "samples_per_s", "samples/s", False)):
+        values = [r[key] for r in rows]
+        ax.bar(names, values, color=colors)
+        if key == "test_acc":
+            finite = [v for v in values if not math.isnan(v)]
+            ax.set_ylim(max(0.0, min(finite) - 0.05), min(1.0, max(finite) + 0.02))
+        ax.set(ylabel=label, yscale="log" if log else "linear")
+        ax.tick_params(axis="x", rotation=45)
+        ax.grid(alpha=0.3, axis="y")
+    _save(fig, path, title)
+
+
+def scaling_curves(constants, measured, path, title, rates=("20mbit", "100mbit", "1gbit")):
+    """Predicted step time against node count, dense against sparse, with measured points."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    nodes = [2, 4, 8, 16, 32, 64, 128]
+    for label, color in zip(rates, ("tab:purple", "tab:blue", "tab:green")):
+        b = scaling.rate_bytes(label)
+        for method, style in (("dense", "--"), ("sparse", "-")):
+            ax.plot(nodes, [scaling.step_time(constants, method, n, b) for n in nodes], style,
+                    color=color, label=f"{method}, {label}")
+    for (method, n), seconds in measured.items():
+        ax.plot([n], [seconds], "o" if method == "sparse" else "s", color="k")
+    ax.set(xlabel="nodes N", ylabel="seconds per step (model)", xscale="log", yscale="log")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, ncol=2)
+    _save(fig, path, title)

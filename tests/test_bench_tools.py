@@ -1,0 +1,125 @@
+"""The benchmark report's pure parts: derived figures, tables, targets, scaling model, plots."""
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
+
+import bench_report  # noqa: E402
+import bench_results as br  # noqa: E402
+import bench_table  # noqa: E402
+import bench_targets  # noqa: E402
+import scaling  # noqa: E402
+
+
+def epoch(n, acc, sent, dense, link, compressor="gradpart", model="lenet5"):
+    comp = None if sent is None else {"total_sent_bytes": sent, "total_dense_bytes": dense,
+                                      "compression_ratio": dense / sent, "last_density": 0.01}
+    return {"epoch": n, "test_acc": acc, "test_loss": 1.0 - acc, "train_loss": 0.5, "wall_s": 10.0 * n,
+            "samples_per_s": 100.0 * n, "model": model, "dataset": "mnist5k", "compressor": compressor,
+            "ranks": 2, "link_tx_bytes": link, "link_rx_bytes": link, "compression": comp}
+
+
+NONE = [epoch(1, 0.90, None, None, 1000, "none"), epoch(2, 0.95, None, None, 2000, "none")]
+GRADPART = [epoch(1, 0.88, 10, 1000, 100), epoch(2, 0.946, 30, 3000, 150)]
+
+
+def bench_row(method, step_s, model="mlp", label="100mbit", ranks=2, sent=None, dense=None):
+    comp = None if sent is None else {"last_sent_bytes": sent, "last_dense_bytes": dense}
+    return {"method": method, "model": model, "label": label, "ranks": ranks, "params": 1000,
+            "batch_per_rank": 10, "step_s": step_s, "samples_per_s": 10 * ranks / step_s,
+            "compression": comp}
+
+
+def test_ratios_per_epoch_from_accounting_and_link():
+    assert br.epoch_ratios(GRADPART) == [100.0, 100.0]
+    assert br.epoch_ratios(NONE) is None
+    assert br.link_ratios(GRADPART, NONE) == [10.0, 20.0]
+
+
+def test_summary_row_gap_and_link_ratio():
+    row = br.summary_row("gradpart", GRADPART, NONE)
+    assert row["gap_pp"] == pytest.approx(-0.4)
+    assert row["link_ratio"] == pytest.approx(4000 / 300)
+    assert row["samples_per_s"] == 200.0 and row["ratio"] == 100.0
+
+
+def test_markdown_dashes_missing_values():
+    table = br.markdown([{"a": 1.5, "b": math.nan}], [("A", "a", ".1f"), ("B", "b", ".1f"), ("C", "c", "")])
+    assert table.splitlines()[-1] == "| 1.5 | – | – |"
+
+
+def test_densities_per_slot():
+    recs = [{"step": s, "tensors": {"f/0": {"elements": 100, "sent_elements": s}}} for s in (5, 10)]
+    assert br.densities(recs) == {"f/0": ([5, 10], [0.05, 0.1])}
+    assert br.slot_sizes(recs) == {"f/0": 100}
+
+
+def test_throughput_table_relates_to_bound_and_none():
+    rows = [bench_row("compute-only", 0.01), bench_row("none", 1.0), bench_row("gradpart", 0.02)]
+    line = bench_table.table(rows).splitlines()[2]
+    assert line.startswith("| mlp | 100mbit | 2 | 2000 |")
+    assert "1000 (0.50 of bound, 50.0x none)" in line
+
+
+def test_targets_met_and_missed():
+    rows = [bench_row("compute-only", 0.01), bench_row("none", 1.0), bench_row("gradpart", 0.02)]
+    topk = [epoch(1, 0.5, 1, 1, 1), {**epoch(2, 0.9, 2, 2, 2), "samples_per_s": 150.0}]
+    status = {t["target"]: t["status"] for t in bench_targets.check(rows, {"lenet5": {
+        "none": NONE, "gradpart": GRADPART, "topk": topk}})}
+    assert status["mlp, 100 Mbit/s: gradpart >= 0.8x compute-only bound"] == "missed"
+    assert status["mlp, 100 Mbit/s: gradpart >= 40x none"] == "met"
+    assert status["lenet5: gradpart final accuracy within 0.5 pp of none"] == "met"
+    assert status["lenet5: gradpart compression ratio >= 100x"] == "met"
+    assert status["lenet5: gradpart faster than the best peer at equal or better accuracy"] == "met"
+
+
+def constants():
+    group = {"compute-only": bench_row("compute-only", 0.01),
+             "none": bench_row("none", 0.41), "gradpart": bench_row("gradpart", 0.1, sent=40, dense=3600)}
+    return group, scaling.calibrate(group, bandwidth=10_000.0)
+
+
+def test_calibration_reproduces_the_two_node_step_times():
+    group, c = constants()
+    assert c.dense_bytes == 4000 and c.small_bytes == 400 and c.sparse_bytes == 40
+    assert c.efficiency == pytest.approx(4000 / (10_000 * 0.4))
+    for method, kind in (("none", "dense"), ("gradpart", "sparse")):
+        assert scaling.step_time(c, kind, 2, c.bandwidth) == pytest.approx(group[method]["step_s"])
+
+
+def test_break_even_points_are_where_the_step_times_meet():
+    _, c = constants()
+    b = scaling.break_even_bandwidth(c, 8)
+    assert scaling.step_time(c, "dense", 8, b) == pytest.approx(scaling.step_time(c, "sparse", 8, b))
+    n = scaling.break_even_nodes(c, c.bandwidth)
+    assert scaling.step_time(c, "sparse", n, c.bandwidth) >= scaling.step_time(c, "dense", n, c.bandwidth)
+    assert scaling.step_time(c, "sparse", n - 1, c.bandwidth) < scaling.step_time(c, "dense", n - 1, c.bandwidth)
+    assert scaling.rate_bytes("100mbit") == 12.5e6 and scaling.rate_bytes("x") is None
+
+
+def test_report_writes_tables_plots_and_fills_docs(tmp_path):
+    res = tmp_path / "bench"
+    for kind, runs in (("convergence", {"none": NONE, "gradpart": GRADPART}), ("ablation", {"gradpart": GRADPART})):
+        (res / kind / "lenet5").mkdir(parents=True)
+        for name, records in runs.items():
+            (res / kind / "lenet5" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    tensors = [{"step": 5, "epoch": 1, "tensors": {"f/0": {"elements": 100, "sent_elements": 2}}}]
+    (res / "convergence" / "lenet5" / "gradpart.tensors.jsonl").write_text(json.dumps(tensors[0]) + "\n")
+    rows = [bench_row("compute-only", 0.01), bench_row("none", 0.41),
+            bench_row("gradpart", 0.1, sent=40, dense=3600)]
+    for name in ("throughput.jsonl", "scaling.jsonl"):
+        (res / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    docs = tmp_path / "results.md"
+    docs.write_text("intro\n<!-- generated:targets -->\nold\n<!-- /generated:targets -->\nend\n")
+    bench_report.main(["--results", str(res), "--docs", str(docs)])
+    text = docs.read_text()
+    assert "old" not in text and "| lenet5: gradpart compression ratio >= 100x | 100x" in text
+    assert text.startswith("intro\n") and text.endswith("end\n")
+    for png in ("throughput", "convergence-lenet5", "convergence-lenet5-ratio",
+                "convergence-lenet5-density", "ablation-lenet5", "scaling"):
+        assert (res / "plots" / f"{png}.png").stat().st_size > 1000
+    assert (res / "convergence.csv").read_text().startswith("run,")
