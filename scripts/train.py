@@ -4,10 +4,13 @@
         --model lenet5 --dataset mnist5k --compressor gradpart --epochs 5
 """
 import argparse
+import contextlib
 import hashlib
 import json
 import os
+import socket
 import sys
+import threading
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -41,6 +44,25 @@ def positive(kind):
     return parse
 
 
+def exit_with_launcher(rank, host, every_s=1.0):
+    """Ends this rank once the process that started it is gone.
+
+    A failed ``horovodrun`` stops its ssh sessions, not the ranks they
+    started; without this a rank on another node would linger until one of
+    its collectives timed out.
+    """
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        with contextlib.suppress(OSError):
+            print(f"train.py: rank {rank} on {host}: its launcher is gone; exiting", file=sys.stderr, flush=True)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", choices=MODELS, default="lenet5")
@@ -59,6 +81,8 @@ def parse_args(argv=None):
     p.add_argument("--tensorboard", help="TensorBoard log folder (rank 0)")
     p.add_argument("--tensor-jsonl", help="JSONL file for per-tensor compressor metrics (rank 0)")
     p.add_argument("--tensor-every", type=positive(int), default=10, help="steps between --tensor-jsonl records")
+    p.add_argument("--steps-jsonl", help="JSONL file for throughput over each --log-every-steps interval (rank 0)")
+    p.add_argument("--log-every-steps", type=positive(int), default=10, help="steps between --steps-jsonl records")
     return p.parse_args(argv)
 
 
@@ -73,6 +97,11 @@ def main(argv=None):
     # Horovod: one process per node.
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
+    hosts = hvd.allgather_object(socket.gethostname())
+    if size > 1:
+        exit_with_launcher(rank, hosts[rank])
+    if rank == 0:
+        print("train.py: ranks " + ", ".join(f"{r} on {h}" for r, h in enumerate(hosts)), flush=True)
     tf.keras.utils.set_random_seed(args.seed)
     x, y = shard(data.x_train, data.y_train, rank, size)
     model = build_model(args.model, data.x_train.shape[1:], data.num_classes, seed=args.seed)
@@ -84,8 +113,10 @@ def main(argv=None):
     board = tf.summary.create_file_writer(args.tensorboard) if args.tensorboard and rank == 0 else None
     instance = resolve(compression)
     tensors = JsonlLogger(args.tensor_jsonl) if args.tensor_jsonl and instance is not None and rank == 0 else None
+    intervals = JsonlLogger(args.steps_jsonl) if args.steps_jsonl and rank == 0 else None
     steps = 0
     start, link0 = time.perf_counter(), training.link_counters()
+    mark = start
     for epoch in range(args.epochs):
         t0, seen, loss_sum, hits = time.perf_counter(), 0, 0.0, 0.0
         for i, (xb, yb) in enumerate(batches(x, y, args.batch_size, args.seed, epoch)):
@@ -96,6 +127,11 @@ def main(argv=None):
             steps += 1
             if tensors and steps % args.tensor_every == 0:
                 tensors.write(step=steps, epoch=epoch + 1, tensors=snapshot(instance))
+            if intervals and steps % args.log_every_steps == 0:
+                now = time.perf_counter()
+                intervals.write(step=steps, epoch=epoch + 1, interval_s=now - mark, wall_s=now - start,
+                                samples_per_s=args.log_every_steps * args.batch_size * size / (now - mark))
+                mark = now
         elapsed = time.perf_counter() - t0
         if rank != 0:
             continue

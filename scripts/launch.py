@@ -1,0 +1,112 @@
+"""horovodrun with checked host names and a failure message that names the node.
+
+    python scripts/launch.py -np 2 -hostfile hostfiles/edge --gloo python scripts/train.py ...
+
+Takes horovodrun's own arguments and passes them on unchanged. Before the
+launch, every host in ``-H``/``-hostfile`` must be a plain host name or
+address (no shell syntax can reach an ssh command line). When the launch
+fails, the last line says which rank on which host exited first (Horovod
+itself only gives the rank).
+"""
+import argparse
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+
+HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?")
+FIRST_FAILURE = re.compile(r"^Process name: (\d+)\s*$")
+EXIT_CODE = re.compile(r"^Exit code: (-?\d+)\s*$")
+WHY = {255: "its ssh connection dropped or the process was killed",
+       137: "killed (SIGKILL, e.g. out of memory)", 143: "terminated (SIGTERM)"}
+
+
+class HostError(ValueError):
+    """A host entry that is not a plain host name with a slot count."""
+
+
+def check_host(name, where):
+    if not HOST.fullmatch(name):
+        raise HostError(f"{where}: invalid host name {name!r}: use letters, digits, '.', '-' and '_' only")
+
+
+def read_hosts(hosts=None, hostfile=None):
+    """``"host:slots,..."`` from ``-H`` or a hostfile, every entry checked.
+
+    Raises:
+        HostError: an entry is not ``HOST:SLOTS`` (``HOST slots=N`` in a hostfile).
+        OSError: the hostfile cannot be read.
+    """
+    entries = []
+    if hostfile:
+        for i, line in enumerate(Path(hostfile).read_text().splitlines(), 1):
+            where = f"{hostfile} line {i}"
+            m = re.fullmatch(r"(\S+) slots=(\d+)", line.strip())
+            if not m:
+                raise HostError(f"{where}: expected 'HOST slots=N', got {line!r}")
+            check_host(m.group(1), where)
+            entries.append(f"{m.group(1)}:{m.group(2)}")
+    else:
+        for entry in (hosts or "").split(","):
+            name, _, slots = entry.strip().rpartition(":")
+            if not slots.isdigit():
+                raise HostError(f"-H entry {entry!r}: expected HOST:SLOTS")
+            check_host(name, f"-H entry {entry!r}")
+            entries.append(f"{name}:{slots}")
+    return ",".join(entries)
+
+
+def rank_hosts(hosts, np):
+    """Horovod's own rank-to-host assignment for a static launch."""
+    return {s.rank: s.hostname for s in get_host_assignments(parse_hosts(hosts), np)}
+
+
+def failure_line(output, ranks):
+    """Names the rank and host that exited first, from Horovod's closing message."""
+    first = code = None
+    for line in output:
+        if m := FIRST_FAILURE.match(line):
+            first = int(m.group(1))
+        elif m := EXIT_CODE.match(line):
+            code = int(m.group(1))
+    if first is None:
+        return "launch.py: error: the launch failed before any rank exited (see the messages above)"
+    why = f": {WHY[code]}" if code in WHY else ""
+    return (f"launch.py: error: rank {first} on {ranks.get(first, '?')} failed first "
+            f"(exit {code}{why}); Horovod stopped the other ranks")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("-np", "--num-proc", type=int)
+    p.add_argument("-H", "--hosts")
+    p.add_argument("-hostfile", "--hostfile")
+    known, _ = p.parse_known_args(argv)
+    if not known.num_proc:
+        sys.exit("launch.py: error: give -np N (and -H HOSTS or -hostfile FILE) as to horovodrun")
+    try:
+        hosts = read_hosts(known.hosts or f"localhost:{known.num_proc}", known.hostfile)
+        ranks = rank_hosts(hosts, known.num_proc)
+    except (HostError, OSError, ValueError) as e:
+        print(f"launch.py: error: {e}", file=sys.stderr)
+        return 2
+    run = subprocess.Popen([str(Path(sys.executable).with_name("horovodrun")), *argv],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    signal.signal(signal.SIGTERM, lambda *_: run.terminate())
+    tail = []
+    for line in run.stdout:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        tail = (tail + [line])[-50:]
+    code = run.wait()
+    if code != 0:
+        print(failure_line(tail, ranks), file=sys.stderr, flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
