@@ -66,4 +66,4 @@ esac
 awk -v m="$mode" -v t="$(date -u +%FT%TZ)" -v s=$(($(date +%s) - start)) \
   'BEGIN { printf "{\"mode\": \"%s\", \"finished\": \"%s\", \"minutes\": %.1f}\n", m, t, s / 60 }' \
   > "$OUT/suite.json"
-.venv/bin/python scripts/bench_report.py --results "$OUT" --docs docs/results.md
+.venv/bin/python scripts/bench_report.py --results "$OUT" --docs docs/results.md README.md

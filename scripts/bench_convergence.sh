@@ -28,6 +28,6 @@ for run in "$@"; do
     --compressor "${spec[0]}" "${options[@]}" --epochs "${EPOCHS:-3}" --seed "${SEED:-0}" \
     --batch-size "${BATCH:-32}" --jsonl "$PWD/$dir/$name.jsonl" \
     --tensor-jsonl "$PWD/$dir/$name.tensors.jsonl" --tensor-every "${TENSOR_EVERY:-5}" 2>&1 \
-    | grep -E '^epoch|Error|error' || true
+    | grep --line-buffered -E 'epoch [0-9]|Error|error' || true
   [ -s "$dir/$name.jsonl" ] || echo "bench: $model $name wrote no records" >&2
 done

@@ -1,16 +1,15 @@
 """Tables, CSV/JSON summaries and plots from the benchmark result files; fills docs/results.md.
 
-    python scripts/bench_report.py --results benchmarks --docs docs/results.md
+    python scripts/bench_report.py --results benchmarks --docs docs/results.md README.md
 
 Reads what exists of ``throughput.jsonl``, ``convergence/``, ``ablation/``, ``scaling.jsonl``
 and ``linkprobe-<rate>.json`` under ``--results``; writes ``*.csv``, ``targets.json``,
-``scaling.json`` and ``plots/*.png`` there, and replaces each block of ``--docs`` between
-``<!-- generated:NAME -->`` and ``<!-- /generated:NAME -->`` with the current figures.
+``scaling.json`` and ``plots/*.png`` there, and replaces each block of the ``--docs`` files
+between ``<!-- generated:NAME -->`` and ``<!-- /generated:NAME -->`` with the current figures.
 """
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
 import bench_results as br
@@ -33,9 +32,6 @@ SCALING_RATES = ("20mbit", "100mbit", "1gbit", "10gbit")
 def fill(text, name, content):
     """``text`` with the generated block ``name`` replaced by ``content``."""
     pattern = re.compile(rf"(<!-- generated:{name} -->\n).*?(<!-- /generated:{name} -->)", re.S)
-    if not pattern.search(text):
-        print(f"bench_report: no block '{name}' in the docs; left as is", file=sys.stderr)
-        return text
     return pattern.sub(lambda m: m.group(1) + content.strip() + "\n" + m.group(2), text)
 
 
@@ -44,7 +40,7 @@ def throughput_section(results, rows):
     br.write_csv([{k: v for k, v in r.items() if k not in ("compression", "windows_s")} for r in rows],
                  results / "throughput.csv")
     plots.throughput(rows, results / "plots" / "throughput.png",
-                     "Throughput per method (bars) and compute-only bound (dashed), 2 ranks")
+                     "samples/s per method, compute-only bound dashed")
     return bench_table.table(rows) + "\n\n![throughput](../benchmarks/plots/throughput.png)"
 
 
@@ -137,6 +133,30 @@ def scaling_section(results, rows):
     return "\n".join(lines)
 
 
+def headline_section(rows, convergence):
+    """Throughput against the bound, none and the fastest peer; accuracy and ratio per model."""
+    lines = []
+    if rows:
+        lines += ["| model | link | compute-only bound | none | fastest peer | gradpart |", "|---|---|---|---|---|---|"]
+        for (model, label, ranks), by in br.group_throughput(rows).items():
+            bound, gp = by["compute-only"]["samples_per_s"], by["gradpart"]["samples_per_s"]
+            none = by["none"]["samples_per_s"]
+            peers = sorted((by[p]["samples_per_s"], p) for p in bench_targets.PEERS if p in by)
+            peer = f"{peers[-1][1]} {peers[-1][0]:.0f}" if peers else "–"
+            lines.append(f"| {model} | {label}, {ranks} ranks | {bound:.0f} | {none:.0f} | {peer} | **{gp:.0f}** "
+                         f"({gp / bound:.2f} of bound, {gp / none:.1f}x none) |")
+        lines += ["", "samples/s, all methods in one launch per row.", ""]
+    if convergence:
+        lines += ["| model | epochs | none: test acc | gradpart: test acc | gap (pp) | gradpart ratio |",
+                  "|---|---|---|---|---|---|"]
+        for model, runs in convergence.items():
+            if {"none", "gradpart"} <= set(runs):
+                r = br.summary_row("gradpart", runs["gradpart"], runs["none"])
+                lines.append(f"| {model} | {r['epochs']} | {runs['none'][-1]['test_acc']:.3f} | "
+                             f"{r['test_acc']:.3f} | {r['gap_pp']:+.1f} | {r['ratio']:.0f}x |")
+    return "\n".join(lines)
+
+
 def targets_section(results, rows, convergence):
     lines = bench_targets.check(rows, convergence)
     (results / "targets.json").write_text(json.dumps(lines, indent=1) + "\n")
@@ -147,7 +167,7 @@ def targets_section(results, rows, convergence):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", default="benchmarks", type=Path)
-    p.add_argument("--docs", type=Path, help="Markdown file with generated blocks to fill")
+    p.add_argument("--docs", type=Path, nargs="*", default=[], help="Markdown files with generated blocks to fill")
     args = p.parse_args(argv)
     results = args.results
     (results / "plots").mkdir(parents=True, exist_ok=True)
@@ -169,11 +189,13 @@ def main(argv=None):
     if (results / "scaling.jsonl").exists():
         blocks["scaling"] = scaling_section(results, br.read_jsonl(results / "scaling.jsonl"))
     blocks["targets"] = targets_section(results, rows, convergence)
-    if args.docs:
-        text = args.docs.read_text()
+    blocks["headline"] = headline_section(rows, convergence)
+    for doc in args.docs:
+        text = doc.read_text()
         for name, content in blocks.items():
-            text = fill(text, name, content)
-        args.docs.write_text(text)
+            if f"<!-- generated:{name} -->" in text:
+                text = fill(text, name, content)
+        doc.write_text(text)
     for name in blocks:
         print(f"bench_report: {name} done")
 

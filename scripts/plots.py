@@ -17,9 +17,15 @@ def _save(fig, path, title):
     plt.close(fig)
 
 
+COLORS = {"none": "black", "fp16": "tab:gray", "topk": "tab:green", "variance": "tab:purple",
+          "dgc": "tab:orange", "sidco": "tab:brown", "gradpart": "tab:red", "no-fit": "tab:blue",
+          "no-partition": "tab:cyan", "no-entropy": "tab:olive", "no-predict": "tab:pink"}
+
+
 def _style(name):
-    """GradPart (and its default) drawn bold so it stands out among the peers."""
-    return {"linewidth": 2.6, "zorder": 3} if name == "gradpart" else {"linewidth": 1.3}
+    """One colour per method everywhere; GradPart drawn bold so it stands out."""
+    width = {"linewidth": 2.6, "zorder": 3} if name == "gradpart" else {"linewidth": 1.3}
+    return {"color": COLORS.get(name), **width}
 
 
 def convergence(runs, path, title):
@@ -66,17 +72,19 @@ def ratios(runs, path, title):
 def throughput(rows, path, title):
     """Samples/s bars per method, one panel per model and link, compute-only bound dashed."""
     groups = br.group_throughput(rows)
-    fig, axes = plt.subplots(1, len(groups), figsize=(3.6 * len(groups), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(groups), figsize=(max(5.0, 3.6 * len(groups)), 4.2), squeeze=False)
     for ax, ((model, label, ranks), by) in zip(axes[0], groups.items()):
         methods = [m for m in by if m != "compute-only"]
         values = [by[m]["samples_per_s"] for m in methods]
-        colors = ["tab:red" if m == "gradpart" else "tab:blue" for m in methods]
-        ax.bar(methods, values, color=colors)
+        colors = [COLORS.get(m, "tab:blue") for m in methods]
+        ax.bar_label(ax.bar(methods, values, color=colors), fmt="%.0f", fontsize=7)
         if "compute-only" in by:
-            ax.axhline(by["compute-only"]["samples_per_s"], color="k", linestyle="--",
-                       label="compute-only bound")
-            ax.legend(fontsize=8, loc="lower right")
+            bound = by["compute-only"]["samples_per_s"]
+            ax.axhline(bound, color="k", linestyle="--")
+            ax.annotate(f"compute-only {bound:.0f}", (0.02, bound), xycoords=("axes fraction", "data"),
+                        xytext=(0, 3), textcoords="offset points", fontsize=7)
         ax.set(title=f"{model}, {label}, {ranks} ranks", ylabel="samples/s", yscale="log")
+        ax.set_ylim(top=2.5 * max(values + [by.get("compute-only", {}).get("samples_per_s", 0)]))
         ax.tick_params(axis="x", rotation=60)
         ax.grid(alpha=0.3, axis="y", which="both")
     _save(fig, path, title)
@@ -98,7 +106,7 @@ def ablation(rows, path, title):
     """Final accuracy, compression ratio and samples/s per ablation variant."""
     fig, axes = plt.subplots(1, 3, figsize=(12, 4))
     names = [r["run"] for r in rows]
-    colors = ["tab:red" if n == "gradpart" else "tab:gray" for n in names]
+    colors = [COLORS.get(n, "tab:gray") for n in names]
     for ax, key, label, log in ((axes[0], "test_acc", "final test accuracy", False),
                                 (axes[1], "ratio", "compression ratio", True),
                                 (axes[2], "samples_per_s", "samples/s", False)):

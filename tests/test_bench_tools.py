@@ -114,11 +114,13 @@ def test_report_writes_tables_plots_and_fills_docs(tmp_path):
     for name in ("throughput.jsonl", "scaling.jsonl"):
         (res / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
     docs = tmp_path / "results.md"
-    docs.write_text("intro\n<!-- generated:targets -->\nold\n<!-- /generated:targets -->\nend\n")
+    docs.write_text("intro\n<!-- generated:targets -->\nold\n<!-- /generated:targets -->\n"
+                    "<!-- generated:headline -->\n<!-- /generated:headline -->\nend\n")
     bench_report.main(["--results", str(res), "--docs", str(docs)])
     text = docs.read_text()
     assert "old" not in text and "| lenet5: gradpart compression ratio >= 100x | 100x" in text
     assert text.startswith("intro\n") and text.endswith("end\n")
+    assert "| lenet5 | 2 | 0.950 | 0.946 | -0.4 | 100x |" in text
     for png in ("throughput", "convergence-lenet5", "convergence-lenet5-ratio",
                 "convergence-lenet5-density", "ablation-lenet5", "scaling"):
         assert (res / "plots" / f"{png}.png").stat().st_size > 1000
