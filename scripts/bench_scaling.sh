@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Measured scaling point: the same throughput benchmark on 2 and on 4 edge nodes, one cluster.
 #   bash scripts/bench_scaling.sh      # writes benchmarks/scaling.jsonl
-# Environment: MODEL (mlp), RATE (100mbit), METHODS (none topk gradpart), STEPS (3), WINDOWS (3).
+# Environment: MODEL (mlp), RATE (100mbit), METHODS (none topk gradpart), STEPS (3), WINDOWS (3),
+# WARMUP (6).
 # Four ranks share this machine's cores, so the compute-only bound drops with the node count.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,5 +20,5 @@ for hosts in edge edge4; do
   .venv/bin/horovodrun -np "$np" -hostfile "hostfiles/$hosts" --gloo --disable-cache \
     "$PY" "$PWD/scripts/bench_throughput.py" --model "${MODEL:-mlp}" \
     --methods ${METHODS:-none topk gradpart} --steps "${STEPS:-3}" --windows "${WINDOWS:-3}" \
-    --warmup 2 --label "$RATE" --out "$PWD/$rows" 2>&1 | grep -E 'samples/s|Error' || true
+    --warmup "${WARMUP:-6}" --label "$RATE" --out "$PWD/$rows" 2>&1 | grep -E 'samples/s|Error' || true
 done

@@ -107,11 +107,11 @@ def ablation(rows, path, title):
     fig, axes = plt.subplots(1, 3, figsize=(12, 4))
     names = [r["run"] for r in rows]
     colors = [COLORS.get(n, "tab:gray") for n in names]
-    for ax, key, label, log in ((axes[0], "test_acc", "final test accuracy", False),
-                                (axes[1], "ratio", "compression ratio", True),
-                                (axes[2], "samples_per_s", "samples/s", False)):
+    for ax, key, label, log, spec in ((axes[0], "test_acc", "final test accuracy", False, "%.3f"),
+                                      (axes[1], "ratio", "compression ratio", True, "%.0f"),
+                                      (axes[2], "samples_per_s", "samples/s", False, "%.0f")):
         values = [r[key] for r in rows]
-        ax.bar(names, values, color=colors)
+        ax.bar_label(ax.bar(names, values, color=colors), fmt=spec, fontsize=7)
         if key == "test_acc":
             finite = [v for v in values if not math.isnan(v)]
             ax.set_ylim(max(0.0, min(finite) - 0.05), min(1.0, max(finite) + 0.02))
@@ -123,16 +123,18 @@ def ablation(rows, path, title):
 
 def scaling_curves(constants, measured, path, title, rates=("20mbit", "100mbit", "1gbit")):
     """Predicted step time against node count, dense against sparse, with measured points."""
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
     nodes = [2, 4, 8, 16, 32, 64, 128]
     for label, color in zip(rates, ("tab:purple", "tab:blue", "tab:green")):
         b = scaling.rate_bytes(label)
         for method, style in (("dense", "--"), ("sparse", "-")):
             ax.plot(nodes, [scaling.step_time(constants, method, n, b) for n in nodes], style,
                     color=color, label=f"{method}, {label}")
-    for (method, n), seconds in measured.items():
-        ax.plot([n], [seconds], "o" if method == "sparse" else "s", color="k")
+    for method, marker in (("dense", "s"), ("sparse", "o")):
+        points = sorted((n, t) for (m, n), t in measured.items() if m == method)
+        if points:
+            ax.plot(*zip(*points), marker, color="k", label=f"{method}, measured (shared cores)")
     ax.set(xlabel="nodes N", ylabel="seconds per step (model)", xscale="log", yscale="log")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _save(fig, path, title)
