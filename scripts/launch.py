@@ -4,9 +4,11 @@
 
 Takes horovodrun's own arguments and passes them on unchanged. Before the
 launch, every host in ``-H``/``-hostfile`` must be a plain host name or
-address (no shell syntax can reach an ssh command line). When the launch
-fails, the last line says which rank on which host exited first (Horovod
-itself only gives the rank).
+address (no shell syntax can reach an ssh command line), and every remote
+host must pass ``ssh HOST true`` under the user's own host-key policy:
+horovodrun itself runs ssh with ``StrictHostKeyChecking=no``. When the
+launch fails, the last line says which rank on which host exited first
+(Horovod itself only gives the rank).
 """
 import argparse
 import re
@@ -16,6 +18,7 @@ import sys
 from pathlib import Path
 
 from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+from horovod.runner.util.network import filter_local_addresses
 
 HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?")
 FIRST_FAILURE = re.compile(r"^Process name: (\d+)\s*$")
@@ -64,6 +67,26 @@ def rank_hosts(hosts, np):
     return {s.rank: s.hostname for s in get_host_assignments(parse_hosts(hosts), np)}
 
 
+def check_host_keys(names, port=None, identity=None):
+    """Runs ``ssh HOST true`` on every remote host with the user's own host-key checking.
+
+    Args:
+        names: host names or addresses; local ones are skipped (Horovod starts those without ssh).
+        port, identity: horovodrun's ``--ssh-port`` and ``--ssh-identity-file``, if given.
+
+    Raises:
+        HostError: a host's key is unknown or changed, or ssh cannot log in.
+    """
+    for host in filter_local_addresses(sorted(set(names))):
+        extra = [*(["-p", str(port)] if port else []), *(["-i", identity] if identity else [])]
+        done = subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", *extra, host, "true"],
+                              capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+            raise HostError(f"ssh {host} true failed with your own host-key checking on ({why}); "
+                            f"check the host's key and accept it once by hand (ssh {host} true)")
+
+
 def failure_line(output, ranks):
     """Names the rank and host that exited first, from Horovod's closing message."""
     first = code = None
@@ -81,17 +104,20 @@ def failure_line(output, ranks):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    p = argparse.ArgumentParser(add_help=False)
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     p.add_argument("-np", "--num-proc", type=int)
     p.add_argument("-H", "--hosts")
     p.add_argument("-hostfile", "--hostfile")
+    p.add_argument("-p", "--ssh-port", type=int)
+    p.add_argument("-i", "--ssh-identity-file")
     known, _ = p.parse_known_args(argv)
     if not known.num_proc:
         sys.exit("launch.py: error: give -np N (and -H HOSTS or -hostfile FILE) as to horovodrun")
     try:
         hosts = read_hosts(known.hosts or f"localhost:{known.num_proc}", known.hostfile)
         ranks = rank_hosts(hosts, known.num_proc)
-    except (HostError, OSError, ValueError) as e:
+        check_host_keys(ranks.values(), known.ssh_port, known.ssh_identity_file)
+    except (HostError, OSError, ValueError, subprocess.TimeoutExpired) as e:
         print(f"launch.py: error: {e}", file=sys.stderr)
         return 2
     run = subprocess.Popen([str(Path(sys.executable).with_name("horovodrun")), *argv],

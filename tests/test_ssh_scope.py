@@ -1,19 +1,25 @@
 """Relaxed ssh host-key checking applies to the cluster's nodes only, never globally.
 
 Asks ssh itself (``ssh -G``, which prints the options it would use and
-connects nowhere) before, during and after ``edge_cluster.sh up``.
+connects nowhere) before, during and after ``edge_cluster.sh up``; and
+``scripts/launch.py`` refuses hosts whose keys the user's policy rejects,
+though horovodrun itself would not check them.
 """
 import hashlib
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import launch_env
 
 from test_edge_cluster import _WHY, SSH_CONFIG, cluster, no_cluster_up  # noqa: F401  (skips likewise)
 
 pytestmark = pytest.mark.cluster
 NODES = ("edge-a", "edge-b")
 OTHERS = ("localhost", "10.213.57.11", "edge-c", "build.example.com")  # incl. a node's bare address
+LAUNCH = Path(__file__).parents[1] / "scripts" / "launch.py"
 RELAXED = {"stricthostkeychecking": "false", "userknownhostsfile": "/dev/null"}
 
 
@@ -45,6 +51,16 @@ def test_relaxed_checking_only_for_the_cluster_nodes():
         for word in ("StrictHostKeyChecking", "UserKnownHostsFile"):
             assert word not in rest, f"{word} outside the cluster's block in {SSH_CONFIG}"
         assert system_config() == system, "up changed the system-wide ssh client config"
+        # The nodes' bare addresses are outside the Host block: their keys are unknown.
+        launch = [sys.executable, LAUNCH, "-np", "2", "--gloo", "--disable-cache"]
+        refused = subprocess.run([*launch, "-H", "10.213.57.11:1,10.213.57.12:1", "true"], capture_output=True,
+                                 text=True, timeout=120, env=launch_env())
+        assert refused.returncode == 2, (refused.stdout, refused.stderr)
+        assert "ssh 10.213.57.11 true failed with your own host-key checking on" in refused.stderr
+        assert "Host key verification failed" in refused.stderr, refused.stderr
+        by_name = subprocess.run([*launch, "-H", "edge-a:1,edge-b:1", "true"], capture_output=True, text=True,
+                                 timeout=120, env=launch_env())
+        assert by_name.returncode == 0, (by_name.stdout, by_name.stderr)
     finally:
         cluster("down", timeout=120)
     assert {h: options(h) for h in NODES + OTHERS} == before, "down left ssh options changed"
