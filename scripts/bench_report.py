@@ -22,9 +22,10 @@ RUN_COLUMNS = [("run", "run", ""), ("epochs", "epochs", "d"), ("test acc", "test
                ("gap vs none (pp)", "gap_pp", "+.1f"), ("test loss", "test_loss", ".3f"),
                ("ratio (compressor)", "ratio", ".0f"), ("ratio (link, vs none)", "link_ratio", ".1f"),
                ("last density", "density", ".2e"), ("link MB", "link_MB", ".1f"),
-               ("samples/s", "samples_per_s", ".0f"), ("wall s", "wall_s", ".0f")]
+               ("samples/s", "samples_per_s", ".0f"), ("wall s", "wall_s", ".0f"),
+               ("s to 95 % of none's acc", "s_to_target", ".0f")]
 ABLATION_COLUMNS = [("gap vs gradpart (pp)", k, f) if k == "gap_pp" else (h, k, f)
-                    for h, k, f in RUN_COLUMNS if k != "link_ratio"]
+                    for h, k, f in RUN_COLUMNS if k not in ("link_ratio", "s_to_target")]
 SCALING_NODES = (2, 4, 8, 16, 32, 64)
 SCALING_RATES = ("20mbit", "100mbit", "1gbit", "10gbit")
 

@@ -10,6 +10,7 @@ import statistics
 from pathlib import Path
 
 REFERENCE = "none"
+TARGET_SHARE = 0.95  # time-to-accuracy target: this share of the reference's final accuracy
 
 
 def read_jsonl(path):
@@ -82,7 +83,13 @@ def summary_row(name, records, reference=None):
         ref = reference[min(len(reference), len(records)) - 1]
         row["gap_pp"] = 100 * (last["test_acc"] - ref["test_acc"])
         row["link_ratio"] = link_bytes(ref) / link_bytes(last) if link_bytes(last) else math.nan
+        row["s_to_target"] = seconds_to(records, TARGET_SHARE * reference[-1]["test_acc"])
     return row
+
+
+def seconds_to(records, accuracy):
+    """Wall-clock seconds at the end of the first epoch reaching ``accuracy``; NaN if none did."""
+    return next((r["wall_s"] for r in records if r["test_acc"] >= accuracy), math.nan)
 
 
 def summary_rows(runs):

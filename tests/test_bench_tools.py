@@ -45,6 +45,8 @@ def test_summary_row_gap_and_link_ratio():
     assert row["gap_pp"] == pytest.approx(-0.4)
     assert row["link_ratio"] == pytest.approx(4000 / 300)
     assert row["samples_per_s"] == 200.0 and row["ratio"] == 100.0
+    assert row["s_to_target"] == 20.0  # 0.946 >= 0.95 * 0.95 first at epoch 2
+    assert math.isnan(br.seconds_to(GRADPART, 0.99))
 
 
 def test_markdown_dashes_missing_values():
