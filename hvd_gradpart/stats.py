@@ -42,15 +42,16 @@ def beta_from_ratio(rho):
     grid = tf.constant(_RHO_GRID, tf.float64)
     betas = tf.constant(_BETA_GRID, tf.float64)
     rho = tf.clip_by_value(rho, grid[0], grid[-1])
-    hi = tf.clip_by_value(tf.searchsorted(grid, rho[None])[0], 1, len(_RHO_GRID) - 1)
+    below = tf.reduce_sum(tf.cast(grid < rho, tf.int32))  # searchsorted, in a form XLA compiles
+    hi = tf.clip_by_value(below, 1, len(_RHO_GRID) - 1)
     lo = hi - 1
     w = (rho - tf.gather(grid, lo)) / (tf.gather(grid, hi) - tf.gather(grid, lo))
     return tf.gather(betas, lo) + w * (tf.gather(betas, hi) - tf.gather(betas, lo))
 
 
-def scale_mle(centered_abs, beta):
+def scale_mle(centered_abs, beta, mean=tf.reduce_mean):
     """Maximum-likelihood alpha for a given beta: (beta * mean|x|^beta)^(1/beta)."""
-    return tf.maximum((beta * tf.reduce_mean(centered_abs ** beta)) ** (1 / beta), _TINY)
+    return tf.maximum((beta * mean(centered_abs ** beta)) ** (1 / beta), _TINY)
 
 
 def mean_log_likelihood(alpha, beta):
@@ -58,7 +59,7 @@ def mean_log_likelihood(alpha, beta):
     return tf.math.log(beta) - tf.math.log(2 * alpha) - tf.math.lgamma(1 / beta) - 1 / beta
 
 
-def fit(sample, fixed_family=None):
+def fit(sample, fixed_family=None, weights=None):
     """Fits Gaussian, Laplace and GG to ``sample``; keeps the likeliest.
 
     The GG's extra shape parameter pays a BIC penalty of
@@ -68,16 +69,20 @@ def fit(sample, fixed_family=None):
         sample: 1-D tensor of values.
         fixed_family: one of GAUSSIAN, LAPLACE, GENERALIZED to skip the
             comparison (the "no fit" ablation fixes GAUSSIAN).
+        weights: optional 0/1 weight per value (a static-shape mask, so the
+            fit compiles with XLA); all ones by default.
     """
     x = tf.cast(sample, tf.float64)
-    mu = tf.reduce_mean(x)
+    w = tf.ones_like(x) if weights is None else tf.cast(weights, tf.float64)
+    size = tf.reduce_sum(w)
+    mean = lambda v: tf.math.divide_no_nan(tf.reduce_sum(w * v), size)
+    mu = mean(x)
     a = tf.abs(x - mu)
-    m1, m2 = tf.reduce_mean(a), tf.reduce_mean(a * a)
+    m1, m2 = mean(a), mean(a * a)
     rho = tf.math.divide_no_nan(m1 * m1, m2)
     betas = tf.stack([tf.constant(2.0, tf.float64), tf.constant(1.0, tf.float64), beta_from_ratio(rho)])
-    alphas = tf.stack([scale_mle(a, betas[i]) for i in range(3)])
-    size = tf.cast(tf.size(x), tf.float64)
-    penalty = tf.stack([0.0, 0.0, tf.math.log(size) / (2 * size)])
+    alphas = tf.stack([scale_mle(a, betas[i], mean) for i in range(3)])
+    penalty = tf.stack([0.0, 0.0, tf.math.divide_no_nan(tf.math.log(tf.maximum(size, 1.0)), 2 * size)])
     scores = mean_log_likelihood(alphas, betas) - tf.cast(penalty, tf.float64)
     family = tf.argmax(scores, output_type=tf.int32) if fixed_family is None else tf.constant(fixed_family)
     return Fit(mu, tf.gather(alphas, family), tf.gather(betas, family), family)

@@ -51,3 +51,15 @@ def test_payload_bytes_counts_rows_header_and_marker():
 def test_unknown_encoding_is_refused():
     with pytest.raises(ValueError, match="value_encoding"):
         exchange.wire_dtype(tf.float32, "int8")
+
+
+def test_headers_that_disagree_stop_the_decode():
+    values, indices = tf.constant([1.0]), tf.constant([0])
+    payloads = [exchange.encode(values, indices, header_digest=d).payload for d in (exchange.digest("a"), 7)]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="ranks packed different things"):
+        exchange.decode_sum(tf.concat(payloads, 0), 2, tf.float32, mismatch="ranks packed different things")
+
+
+def test_decode_applies_the_scale_to_every_value():
+    total = exchange.decode_sum(gathered((np.array([2.0, 4.0], np.float32), [1, 0])), 3, tf.float32, scale=0.5)
+    np.testing.assert_array_equal(total.numpy(), [2.0, 1.0, 0.0])

@@ -18,3 +18,9 @@ def test_exchange_on_three_ranks():
 def test_training_through_horovod_wrappers():
     out = horovodrun("training_check.py", np=2, timeout=400)
     assert "OK training checks passed on 2 ranks" in out
+
+
+@pytest.mark.parametrize("case", ["settings", "model"])
+def test_ranks_that_disagree_stop_with_a_clear_error(case):
+    out = horovodrun("mismatch_check.py", np=2, args=[case], timeout=120)
+    assert "DETECTED rank 0" in out and "DETECTED rank 1" in out

@@ -64,8 +64,10 @@ class SparseCompressor(Compressor, tf.Module):
         return {}
 
     def accumulate(self, slot, grad):
-        """What may be sent this step; default error feedback ``g + r``."""
-        return grad + slot.residual
+        """Adds this step's contribution to the residual in place; returns
+        what may be sent (default error feedback ``r + g``)."""
+        slot.residual.assign_add(grad, read_value=False)
+        return slot.residual.read_value()
 
     def select(self, acc, grad, slot):
         """Returns ``(int32 indices, diagnostics dict)`` of elements to send.
@@ -87,6 +89,11 @@ class SparseCompressor(Compressor, tf.Module):
         n = tensor.shape.num_elements()
         return tensor.dtype in SPARSE_DTYPES and n is not None and n >= max(self.min_elements, 1)
 
+    def settings(self):
+        """The scalar settings every rank must share (hashed into each payload header)."""
+        return {k: v for k, v in sorted(vars(self).items())
+                if not k.startswith("_") and isinstance(v, (bool, int, float, str, tuple))}
+
     @_OnDefaultInstance
     def compress(self, tensor):
         """Selects, updates the residual, gathers; returns ``(marker, ctx)``."""
@@ -94,26 +101,40 @@ class SparseCompressor(Compressor, tf.Module):
             return tensor, None
         slot = self.memory.slot(tensor, self.state_spec())
         n = tensor.shape.num_elements()
-        grad = tf.debugging.check_numerics(
-            tf.reshape(tensor, [-1]),
-            f"hvd_gradpart: gradient {slot.key!r} ({tensor.dtype.name}{tensor.shape}) holds NaN or Inf; "
-            "its residual was left unchanged. Lower the learning rate or clip gradients")
-        acc = self.accumulate(slot, grad)
+        what = f"gradient {slot.key} ({tensor.dtype.name}{tensor.shape})"
+        grad = tf.reshape(tensor, [-1])
+        finite = tf.debugging.Assert(_all_finite(grad), [
+            f"hvd_gradpart: {what} holds NaN or Inf; its residual was left unchanged. "
+            "Lower the learning rate or clip gradients"])
+        with tf.control_dependencies([finite]):
+            acc = self.accumulate(slot, grad)
         indices, diagnostics = self.select(acc, grad, slot)
-        encoded = exchange.encode(tf.gather(acc, indices), indices, self.value_encoding)
-        slot.residual.assign(tf.tensor_scatter_nd_sub(acc, indices[:, None], encoded.sent))
+        setting = f"{type(self).__name__}{self.settings()}"
+        encoded = exchange.encode(tf.gather(acc, indices), indices, self.value_encoding,
+                                  exchange.digest(f"{n}/{tensor.dtype.name}/{setting}"))
+        with tf.control_dependencies([encoded.payload]):
+            slot.residual.scatter_nd_sub(indices[:, None], encoded.sent)
         self.after_send(slot, indices)
         k = tf.size(indices)
         slot.metrics.record(
             elements=n, dense_bytes=n * tensor.dtype.size, sent_elements=k,
             sent_bytes=exchange.payload_bytes(k, tensor.dtype, self.value_encoding), **diagnostics)
-        total = exchange.allgather_sum(encoded, n, tensor.dtype, self.value_encoding)
-        return exchange.marker(), (total, tensor.shape)
+        mismatch = (f"hvd_gradpart: ranks disagree on {what} under {setting}: every rank must build "
+                    "the same model and the same compressor settings")
+        return exchange.marker(), (exchange.allgather(encoded), tensor, mismatch)
 
     @_OnDefaultInstance
     def decompress(self, tensor, ctx):
-        """Scales the gathered sum by the reduced marker; dense passes through."""
+        """Decodes the gathered selections, scaled by the reduced marker; dense passes through."""
         if ctx is None:
             return tensor
-        total, shape = ctx
-        return exchange.apply_marker(total, tensor, shape)
+        gathered, original, mismatch = ctx
+        total = exchange.decode_sum(gathered, original.shape.num_elements(), original.dtype,
+                                    self.value_encoding, exchange.marker_scale(tensor), mismatch)
+        return tf.reshape(total, original.shape)
+
+
+@tf.function(jit_compile=True)
+def _all_finite(x):
+    """Whether every element of ``x`` is finite (one fused pass)."""
+    return tf.reduce_all(tf.math.is_finite(x))

@@ -81,7 +81,7 @@ class DGCCompressor(SparseCompressor):
             grad = tf.clip_by_norm(grad, self.clip_norm / math.sqrt(hvd.size()))
         u = slot.state["u"]
         u.assign(tf.cast(self.momentum, grad.dtype) * u + grad)
-        return slot.residual + u
+        return super().accumulate(slot, u.read_value())
 
     def select(self, acc, grad, slot):
         n = acc.shape.num_elements()

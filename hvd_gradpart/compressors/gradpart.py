@@ -66,31 +66,23 @@ class GradPartCompressor(SparseCompressor):
     def state_spec(self):
         return {"mu": _SCALAR(0.0), "alpha": _SCALAR(1.0), "beta": _SCALAR(2.0), "steps": _SCALAR(0.0)}
 
-    def predicted_fit(self, sample, slot):
-        """This step's fit of the fresh gradient, blended with the previous ones."""
-        nonzero = tf.boolean_mask(sample, tf.not_equal(sample, 0))
-        current = stats.fit(nonzero, None if self.use_fit else stats.GAUSSIAN)
-        s = slot.state
-        previous = stats.Fit(s["mu"], s["alpha"], s["beta"], current.family)
-        fit = stats.predict(previous, current, s["steps"], self.prediction_decay)
-        empty = tf.equal(tf.size(nonzero), 0)  # nothing to fit: keep the last prediction
+    @tf.function(jit_compile=True)
+    def plan(self, sample, previous, steps, n):
+        """Predicted fit, key-area size, boundary and thresholds for an
+        ``n``-element gradient, from its strided ``sample``: O(sample), one
+        compiled call.
+
+        Args:
+            sample: strided sample of the fresh gradient (zeros are ignored).
+            previous: the last prediction (``stats.Fit``).
+            steps: how many steps the prediction has seen.
+            n: the gradient's size (a Python int).
+        """
+        nonzero = tf.not_equal(sample, 0)
+        current = stats.fit(sample, None if self.use_fit else stats.GAUSSIAN, weights=nonzero)
+        fit = stats.predict(previous._replace(family=current.family), current, steps, self.prediction_decay)
+        empty = tf.logical_not(tf.reduce_any(nonzero))  # nothing to fit: keep the last prediction
         fit = stats.Fit(*(tf.where(empty, p, f) for p, f in zip(previous[:3], fit[:3])), fit.family)
-        s["mu"].assign(fit.mu)
-        s["alpha"].assign(fit.alpha)
-        s["beta"].assign(fit.beta)
-        s["steps"].assign_add(tf.constant(1.0, tf.float64))
-        return fit
-
-    def area_threshold(self, fit, size):
-        """One area's threshold: entropy rule, or fixed tail when ablated."""
-        if not self.use_entropy:
-            return entropy.tail_threshold(fit, self.fixed_density)
-        return entropy.power_threshold(fit, entropy.position_cost(size) + self.margin)
-
-    def select(self, acc, grad, slot):
-        n = grad.shape.num_elements()
-        sample = stats.strided_sample(grad, self.sample_size)
-        fit = self.predicted_fit(sample, slot)
         if self.use_partition:
             key_size, sparse_size = partition.area_sizes(sample, fit, n)
             edge = partition.boundary(fit)
@@ -99,6 +91,25 @@ class GradPartCompressor(SparseCompressor):
             edge = tf.constant(float("inf"), tf.float64)
         tau_sparse = self.area_threshold(fit, sparse_size)
         tau_key = self.area_threshold(fit, key_size) if self.use_partition else tau_sparse
+        return fit, key_size, edge, tau_key, tau_sparse
+
+    def area_threshold(self, fit, size):
+        """One area's threshold: entropy rule, or fixed tail when ablated."""
+        if not self.use_entropy:
+            return entropy.tail_threshold(fit, self.fixed_density)
+        return entropy.power_threshold(fit, entropy.position_cost(size) + self.margin)
+
+    def select(self, acc, grad, slot):
+        s = slot.state
+        previous = stats.Fit(s["mu"].read_value(), s["alpha"].read_value(), s["beta"].read_value(),
+                             tf.constant(stats.GAUSSIAN))
+        fit, key_size, edge, tau_key, tau_sparse = self.plan(
+            stats.strided_sample(grad, self.sample_size), previous, s["steps"].read_value(),
+            grad.shape.num_elements())
+        s["mu"].assign(fit.mu)
+        s["alpha"].assign(fit.alpha)
+        s["beta"].assign(fit.beta)
+        s["steps"].assign_add(tf.constant(1.0, tf.float64))
         as_grad = lambda x: tf.cast(x, grad.dtype)
         mask = partition.select_mask(acc, grad, as_grad(fit.mu), as_grad(edge), as_grad(tau_key),
                                      as_grad(tau_sparse))
