@@ -33,7 +33,7 @@ def run(*cmd, timeout=60):
 
 
 def test_launch_refuses_injected_hostfile_and_hosts(marker, tmp_path):
-    path, payloads = marker
+    _, payloads = marker
     for payload in payloads:
         hostfile = tmp_path / "hosts"
         hostfile.write_text(f"edge-a{payload} slots=1\nedge-b slots=1\n")
@@ -56,7 +56,7 @@ def test_horovodrun_itself_refuses_injected_host_names(marker, tmp_path):
 
 @pytest.mark.parametrize("option", [("up", "--rate"), ("up", "--nodes"), ("up", "--delay"), ("rate",)])
 def test_edge_cluster_refuses_injected_options(marker, option):
-    path, payloads = marker
+    _, payloads = marker
     existed = STATE_DIR.exists()
     for payload in payloads:
         for value in (f"1mbit{payload}", f"2{payload}", payload):
