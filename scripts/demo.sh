@@ -12,15 +12,20 @@ mkdir -p "$OUT"
 rm -f "$OUT"/*.jsonl "$OUT"/linkprobe.json
 
 started_cluster=0
-if bash scripts/edge_cluster.sh up --rate "$RATE"; then
+status=0
+bash scripts/edge_cluster.sh up --rate "$RATE" || status=$?
+if [ "$status" = 0 ]; then
   started_cluster=1
   trap 'bash scripts/edge_cluster.sh down' EXIT
   hosts=(-hostfile hostfiles/edge)
   where="two edge nodes (edge-a, edge-b) over a $RATE link"
-else
+elif [ "$status" = 3 ]; then
   echo "demo: network namespaces are not available here; running both ranks on localhost instead" >&2
   hosts=(-H localhost:2)
   where="localhost (no shaped link)"
+else
+  echo "demo: the edge cluster could not be built (edge_cluster.sh exit $status, see above); stopping" >&2
+  exit "$status"
 fi
 
 if [ "$started_cluster" = 1 ]; then
@@ -30,7 +35,7 @@ if [ "$started_cluster" = 1 ]; then
 fi
 for method in none gradpart; do
   echo "demo: training lenet5 on mnist5k with --compressor $method on $where"
-  .venv/bin/horovodrun -np 2 "${hosts[@]}" --gloo --disable-cache \
+  "$PY" scripts/launch.py -np 2 "${hosts[@]}" --gloo --disable-cache \
     "$PY" "$PWD/scripts/train.py" --model lenet5 --dataset mnist5k --compressor "$method" \
     --epochs "$EPOCHS" --jsonl "$PWD/$OUT/$method.jsonl"
 done
