@@ -144,6 +144,8 @@ def headline_section(rows, convergence):
     if rows:
         lines += ["| model | link | compute-only bound | none | fastest peer | gradpart |", "|---|---|---|---|---|---|"]
         for (model, label, ranks), by in br.group_throughput(rows).items():
+            if not {"compute-only", "none", "gradpart"} <= set(by):
+                continue
             bound, gp = by["compute-only"]["samples_per_s"], by["gradpart"]["samples_per_s"]
             none = by["none"]["samples_per_s"]
             peers = sorted((by[p]["samples_per_s"], p) for p in bench_targets.PEERS if p in by)

@@ -17,6 +17,8 @@ def table(rows):
     lines = ["| model | link | ranks | compute-only bound | " + " | ".join(methods) + " |",
              "|---|---|---|---|" + "---|" * len(methods)]
     for (model, label, ranks), by in groups.items():
+        if "compute-only" not in by:
+            continue
         bound = by["compute-only"]["samples_per_s"]
         none = by.get("none", {}).get("samples_per_s")
         cells = []

@@ -13,7 +13,8 @@ def mlp_bound(groups):
     """MLP at 100 Mbit/s: GradPart >= 0.8 of the compute-only bound and >= 40x no compression."""
     out = []
     for (model, label, ranks), by in groups.items():
-        if model != "mlp" or label != "100mbit" or ranks != 2 or "gradpart" not in by:
+        complete = {"compute-only", "none", "gradpart"} <= set(by)
+        if (model, label, ranks) != ("mlp", "100mbit", 2) or not complete:
             continue
         gp = by["gradpart"]["samples_per_s"]
         of_bound = gp / by["compute-only"]["samples_per_s"]
@@ -75,7 +76,7 @@ def compute_bound(groups):
     """Compute-bound model on an unshaped link: GradPart at most 5 % slower than no compression."""
     out = []
     for (model, label, ranks), by in groups.items():
-        if label not in UNSHAPED or ranks != 2 or not {"none", "gradpart"} <= set(by):
+        if label not in UNSHAPED or ranks != 2 or not {"compute-only", "none", "gradpart"} <= set(by):
             continue
         none = by["none"]["samples_per_s"]
         if none < 0.7 * by["compute-only"]["samples_per_s"]:

@@ -72,8 +72,12 @@ def ratios(runs, path, title):
 def throughput(rows, path, title):
     """Samples/s bars per method, one panel per model and link, compute-only bound dashed."""
     groups = br.group_throughput(rows)
-    fig, axes = plt.subplots(1, len(groups), figsize=(max(5.0, 3.6 * len(groups)), 4.2), squeeze=False)
-    for ax, ((model, label, ranks), by) in zip(axes[0], groups.items()):
+    cols = min(4, len(groups))
+    rows_ = math.ceil(len(groups) / cols)
+    fig, axes = plt.subplots(rows_, cols, figsize=(max(5.0, 3.6 * cols), 4.2 * rows_), squeeze=False)
+    for ax in axes.flat[len(groups):]:
+        ax.set_visible(False)
+    for ax, ((model, label, ranks), by) in zip(axes.flat, groups.items()):
         methods = [m for m in by if m != "compute-only"]
         values = [by[m]["samples_per_s"] for m in methods]
         colors = [COLORS.get(m, "tab:blue") for m in methods]
