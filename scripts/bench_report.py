@@ -142,7 +142,8 @@ def headline_section(rows, convergence):
     """Throughput against the bound, none and the fastest peer; accuracy and ratio per model."""
     lines = []
     if rows:
-        lines += ["| model | link | compute-only bound | none | fastest peer | gradpart |", "|---|---|---|---|---|---|"]
+        lines += ["| model | link | compute-only bound | none | fastest peer | gradpart |",
+                  "|---|---|---|---|---|---|"]
         for (model, label, ranks), by in br.group_throughput(rows).items():
             if not {"compute-only", "none", "gradpart"} <= set(by):
                 continue
@@ -150,7 +151,8 @@ def headline_section(rows, convergence):
             none = by["none"]["samples_per_s"]
             peers = sorted((by[p]["samples_per_s"], p) for p in bench_targets.PEERS if p in by)
             peer = f"{peers[-1][1]} {peers[-1][0]:.0f}" if peers else "–"
-            lines.append(f"| {model} | {label}, {ranks} ranks | {bound:.0f} | {none:.0f} | {peer} | **{gp:.0f}** "
+            lines.append(f"| {model} | {label}, {ranks} ranks | {bound:.0f} | {none:.0f} | {peer} | "
+                         f"**{gp:.0f}** "
                          f"({gp / bound:.2f} of bound, {gp / none:.1f}x none) |")
         lines += ["", "samples/s, all methods in one launch per row.", ""]
     if convergence:
@@ -174,7 +176,8 @@ def targets_section(results, rows, convergence):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", default="benchmarks", type=Path)
-    p.add_argument("--docs", type=Path, nargs="*", default=[], help="Markdown files with generated blocks to fill")
+    p.add_argument("--docs", type=Path, nargs="*", default=[],
+                   help="Markdown files with generated blocks to fill")
     args = p.parse_args(argv)
     results = args.results
     (results / "plots").mkdir(parents=True, exist_ok=True)
@@ -182,7 +185,8 @@ def main(argv=None):
     suite = results / "suite.json"
     if suite.exists():
         s = json.loads(suite.read_text())
-        blocks["suite"] = f"Last suite run: `{s['mode']}` mode, finished {s['finished']}, {s['minutes']} minutes."
+        blocks["suite"] = (f"Last suite run: `{s['mode']}` mode, finished {s['finished']}, "
+                           f"{s['minutes']} minutes (including waits for the cluster lock).")
     throughput_file = results / "throughput.jsonl"
     rows = br.read_jsonl(throughput_file) if throughput_file.exists() else []
     if rows:
