@@ -87,8 +87,11 @@ def throughput(rows, path, title):
             ax.axhline(bound, color="k", linestyle="--")
             ax.annotate(f"compute-only {bound:.0f}", (0.02, bound), xycoords=("axes fraction", "data"),
                         xytext=(0, 3), textcoords="offset points", fontsize=7)
-        ax.set(title=f"{model}, {label}, {ranks} ranks", ylabel="samples/s", yscale="log")
-        ax.set_ylim(top=2.5 * max(values + [by.get("compute-only", {}).get("samples_per_s", 0)]))
+        top = max(values + [by.get("compute-only", {}).get("samples_per_s", 0)])
+        log = top > 10 * min(values)  # log scale only where the bars span a decade
+        ax.set(title=f"{model}, {label}, {ranks} ranks", ylabel="samples/s",
+               yscale="log" if log else "linear")
+        ax.set_ylim(0.5 * min(values) if log else 0, (2.5 if log else 1.15) * top)
         ax.tick_params(axis="x", rotation=60)
         ax.grid(alpha=0.3, axis="y", which="both")
     _save(fig, path, title)
