@@ -37,6 +37,7 @@ def fill(text, name, content):
 
 
 def throughput_section(results, rows):
+    """Table, CSV and bar plot of the throughput rows."""
     (results / "throughput.md").write_text(bench_table.table(rows) + "\n")
     br.write_csv([{k: v for k, v in r.items() if k not in ("compression", "windows_s")} for r in rows],
                  results / "throughput.csv")

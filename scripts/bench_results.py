@@ -92,13 +92,6 @@ def seconds_to(records, accuracy):
     return next((r["wall_s"] for r in records if r["test_acc"] >= accuracy), math.nan)
 
 
-def summary_rows(runs):
-    """Summary rows of every run of one model, no compression first."""
-    reference = runs.get(REFERENCE)
-    order = sorted(runs, key=lambda name: (name != REFERENCE, name))
-    return [summary_row(name, runs[name], reference) for name in order]
-
-
 def densities(tensor_records):
     """``{slot: (steps, densities)}``: each gradient's fraction sent, per logged step."""
     out = {}

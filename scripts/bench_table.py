@@ -5,14 +5,14 @@
 import json
 import sys
 
+from bench_results import group_throughput
+
 NOTE = "samples/s over all ranks, median of timing windows after warm-up, all methods in one launch."
 
 
 def table(rows):
     """The Markdown table of ``rows``, one line per model, link label and rank count."""
-    groups = {}
-    for r in rows:
-        groups.setdefault((r["model"], r["label"], r.get("ranks", 2)), {})[r["method"]] = r
+    groups = group_throughput(rows)
     methods = [m for m in dict.fromkeys(r["method"] for r in rows) if m != "compute-only"]
     lines = ["| model | link | ranks | compute-only bound | " + " | ".join(methods) + " |",
              "|---|---|---|---|" + "---|" * len(methods)]
