@@ -99,13 +99,13 @@ def throughput(rows, path, title):
 
 def density(tensor_records, path, title):
     """GradPart's fraction sent per gradient (layer) over training steps."""
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
     sizes = br.slot_sizes(tensor_records)
     for i, (slot, (steps, values)) in enumerate(br.densities(tensor_records).items()):
         ax.plot(steps, values, label=f"layer {i} ({sizes[slot]:,} elements)", linewidth=1.2)
     ax.set(xlabel="training step", ylabel="fraction sent", yscale="log")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _save(fig, path, title)
 
 
