@@ -22,9 +22,15 @@ for rate in $RATES; do
   .venv/bin/horovodrun -np 2 -hostfile hostfiles/edge --mpi "$PY" "$PWD/scripts/linkprobe.py" \
     --out "$PWD/$OUT/linkprobe-$rate.json" >/dev/null 2>&1 || echo "bench: link probe failed at $rate" >&2
   for model in $MODELS; do
-    .venv/bin/horovodrun -np 2 -hostfile hostfiles/edge --gloo --disable-cache \
+    log="$OUT/throughput-$model-$rate.log"
+    if ! "$PY" scripts/launch.py -np 2 -hostfile hostfiles/edge --gloo --disable-cache \
       "$PY" "$PWD/scripts/bench_throughput.py" --model "$model" --methods $METHODS \
-      --label "$rate" --out "$PWD/$rows" 2>&1 | grep -E 'samples/s|Error' || true
+      --label "$rate" --out "$PWD/$rows" > "$log" 2>&1; then
+      tail -n 20 "$log" >&2
+      echo "bench: the $model launch at $rate failed (full log: $log)" >&2
+      exit 1
+    fi
+    grep 'samples/s' "$log"
   done
 done
 "$PY" scripts/bench_table.py "$rows" > "$OUT/throughput.md"
