@@ -13,20 +13,14 @@ from pathlib import Path
 import pytest
 
 from conftest import launch_env
-from test_edge_cluster import _WHY, cluster  # noqa: F401  (skips this module with the same loud reason)
+from test_edge_cluster import _WHY, cluster, cluster_for_module  # noqa: F401  (skips this module with the same loud reason)
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).parents[1]
 HOROVODRUN = Path(sys.executable).with_name("horovodrun")
 
 
-@pytest.fixture(scope="module")
-def edge():
-    if "up" in cluster("status", check=False).stdout and cluster("counters", check=False).returncode == 0:
-        pytest.skip("CLUSTER TRAINING TEST SKIPPED: an edge cluster is already up; not touching it")
-    cluster("up", "--rate", "100mbit", timeout=120)
-    yield
-    cluster("down", timeout=120)
+edge = cluster_for_module("CLUSTER TRAINING TEST")
 
 
 def counters():

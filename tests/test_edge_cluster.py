@@ -86,6 +86,22 @@ def cluster(*args, check=True, **kw):
     return sh("bash", SCRIPT, *args, check=check, **kw)
 
 
+def cluster_for_module(label):
+    """A module-scoped fixture: the cluster up at 100 Mbit/s for one test module, down after it.
+
+    A cluster that is already up belongs to someone else: the module is skipped, loudly.
+    """
+    @pytest.fixture(scope="module")
+    def edge():
+        if "up" in cluster("status", check=False).stdout and cluster("counters", check=False).returncode == 0:
+            pytest.skip(f"{label} SKIPPED: an edge cluster is already up; not touching it")
+        cluster("up", "--rate", "100mbit", timeout=120)
+        yield
+        cluster("down", timeout=120)
+
+    return edge
+
+
 def netns_names():
     return {line.split()[0] for line in sh("ip", "netns", "list").stdout.splitlines() if line}
 

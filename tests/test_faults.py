@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import launch_env
-from test_edge_cluster import _WHY, cluster  # noqa: F401  (skips this module with the same loud reason)
+from test_edge_cluster import _WHY, cluster, cluster_for_module  # noqa: F401  (skips this module with the same loud reason)
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).parents[1]
@@ -30,13 +30,7 @@ LINGER_S = 10  # from the launch's exit to the last rank's exit
 SLOW_INTERVALS = 4  # intervals logged wholly after the rate change
 
 
-@pytest.fixture(scope="module")
-def edge():
-    if "up" in cluster("status", check=False).stdout and cluster("counters", check=False).returncode == 0:
-        pytest.skip("FAULT TESTS SKIPPED: an edge cluster is already up; not touching it")
-    cluster("up", "--rate", "100mbit", timeout=120)
-    yield
-    cluster("down", timeout=120)
+edge = cluster_for_module("FAULT TESTS")
 
 
 def records(path):
