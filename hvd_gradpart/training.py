@@ -60,6 +60,29 @@ def broadcast_initial_state(model, optimizer):
     hvd.broadcast_variables(optimizer.variables(), root_rank=0)
 
 
+def recalibrate_batchnorm(model, x, batch_size=64, batches=20):
+    """Sets every BatchNormalization layer's moving statistics to the plain
+    mean of its batch statistics over the first ``batches`` batches of ``x``.
+
+    Keras's moving averages (momentum 0.99) trail the weights by about a
+    hundred steps. A sparse exchange moves weights in bursts, so after a short
+    run they describe old weights and inference collapses although the
+    weights are good (docs/results.md). Training is unaffected: it uses batch
+    statistics. Returns the number of layers recalibrated.
+    """
+    layers = [layer for layer in model.submodules if isinstance(layer, tf.keras.layers.BatchNormalization)]
+    saved = [layer.momentum for layer in layers]
+    try:
+        for i in range(min(batches, -(-len(x) // batch_size)) if layers else 0):
+            for layer in layers:
+                layer.momentum = 1.0 - 1.0 / (i + 1)  # running mean over the batches so far
+            model(x[i * batch_size:(i + 1) * batch_size], training=True)
+    finally:
+        for layer, momentum in zip(layers, saved):
+            layer.momentum = momentum
+    return len(layers)
+
+
 def evaluate(model, x, y, batch_size=500):
     """Test loss and accuracy over ``(x, y)``."""
     losses, hits = [], 0
