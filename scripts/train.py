@@ -44,6 +44,13 @@ def positive(kind):
     return parse
 
 
+def count(text):
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
 def exit_with_launcher(rank, host, every_s=1.0):
     """Ends this rank once the process that started it is gone.
 
@@ -74,8 +81,13 @@ def parse_args(argv=None):
     p.add_argument("--epochs", type=positive(int), default=5)
     p.add_argument("--batch-size", type=positive(int), default=32, help="per rank")
     p.add_argument("--lr", type=positive(float), default=0.01, help="per rank; scaled by the rank count")
+    p.add_argument("--lr-schedule", choices=("constant", "cosine"), default="constant",
+                   help="cosine: decay the learning rate to 0 over the run (Loshchilov & Hutter 2017)")
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (0 for dgc, which has its own)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bn-batches", type=count, default=20,
+                   help="training batches whose mean statistics replace BatchNorm's moving averages "
+                        "before each evaluation (0: keep Keras's moving averages)")
     p.add_argument("--threads", type=positive(int), default=1, help="TF threads per pool per rank")
     p.add_argument("--jsonl", help="JSONL file for per-epoch records (rank 0)")
     p.add_argument("--tensorboard", help="TensorBoard log folder (rank 0)")
@@ -107,7 +119,10 @@ def main(argv=None):
     model = build_model(args.model, data.x_train.shape[1:], data.num_classes, seed=args.seed)
     momentum = 0.0 if args.compressor == "dgc" else args.momentum
     # Horovod: scale the learning rate by the number of ranks.
-    optimizer = tf.keras.optimizers.SGD(args.lr * size, momentum=momentum)
+    lr = args.lr * size
+    if args.lr_schedule == "cosine":
+        lr = tf.keras.optimizers.schedules.CosineDecay(lr, args.epochs * (len(x) // args.batch_size))
+    optimizer = tf.keras.optimizers.SGD(lr, momentum=momentum)
     step = training.make_step(model, optimizer, compression)
     logger = JsonlLogger(args.jsonl) if args.jsonl and rank == 0 else None
     board = tf.summary.create_file_writer(args.tensorboard) if args.tensorboard and rank == 0 else None
@@ -133,13 +148,16 @@ def main(argv=None):
                                 samples_per_s=args.log_every_steps * args.batch_size * size / (now - mark))
                 mark = now
         elapsed = time.perf_counter() - t0
+        if args.bn_batches > 0:  # on every rank, from the same data: ranks stay bit-identical
+            training.recalibrate_batchnorm(model, data.x_train, args.batch_size, args.bn_batches)
         if rank != 0:
             continue
         test_loss, test_acc = training.evaluate(model, data.x_test, data.y_test)
         link = training.link_counters()
         record = {"epoch": epoch + 1, "train_loss": loss_sum / seen, "train_acc": hits / seen,
                   "test_loss": test_loss, "test_acc": test_acc, "wall_s": time.perf_counter() - start,
-                  "samples_per_s": seen * size / elapsed, "model": args.model, "dataset": args.dataset,
+                  "samples_per_s": seen * size / elapsed,
+                  "lr": float(lr(optimizer.iterations)) if callable(lr) else lr, "model": args.model, "dataset": args.dataset,
                   "compressor": args.compressor, "ranks": size,
                   "link_tx_bytes": link["tx_bytes"] - link0["tx_bytes"],
                   "link_rx_bytes": link["rx_bytes"] - link0["rx_bytes"],
