@@ -2,8 +2,8 @@
 
     python scripts/bench_report.py --results benchmarks --docs docs/results.md README.md
 
-Reads what exists of ``throughput.jsonl``, ``convergence/``, ``ablation/``, ``scaling.jsonl``
-and ``linkprobe-<rate>.json`` under ``--results``; writes ``*.csv``, ``targets.json``,
+Reads what exists of ``throughput.jsonl``, ``convergence/``, ``ablation/``, ``gap/``,
+``scaling.jsonl`` and ``linkprobe-<rate>.json`` under ``--results``; writes ``*.csv``, ``targets.json``,
 ``scaling.json`` and ``plots/*.png`` there, and replaces each block of the ``--docs`` files
 between ``<!-- generated:NAME -->`` and ``<!-- /generated:NAME -->`` with the current figures.
 """
@@ -26,6 +26,10 @@ RUN_COLUMNS = [("run", "run", ""), ("epochs", "epochs", "d"), ("test acc", "test
                ("s to 95 % of none's acc", "s_to_target", ".0f")]
 ABLATION_COLUMNS = [("gap vs gradpart (pp)", k, f) if k == "gap_pp" else (h, k, f)
                     for h, k, f in RUN_COLUMNS if k not in ("link_ratio", "s_to_target")]
+GAP_COLUMNS = [("model", "model", ""), ("seeds", "seeds", "d"), ("epochs", "epochs", "d"),
+               ("none: test acc", "none_acc", ".4f"), ("gradpart: test acc", "test_acc", ".4f"),
+               ("gap (pp), mean", "gap_pp", "+.2f"), ("sd", "gap_sd", ".2f"), ("min", "gap_min", "+.1f"),
+               ("max", "gap_max", "+.1f"), ("gradpart ratio", "ratio", ".0f")]
 SCALING_NODES = (2, 4, 8, 16, 32, 64)
 SCALING_RATES = ("20mbit", "100mbit", "1gbit", "10gbit")
 
@@ -76,6 +80,15 @@ def runs_section(results, kind, runs, reference):
         parts.append("")
     br.write_csv(all_rows, results / f"{kind}.csv")
     return "\n".join(parts)
+
+
+def gap_section(results, seeds):
+    """The seed-averaged final accuracy gap per model, and every seed's own row in gap.csv."""
+    rows = [r for model, by_seed in seeds.items() if (r := br.gap_row(model, by_seed))]
+    per_seed = [{**br.summary_row(name, runs[name], runs.get(br.REFERENCE)), "seed": seed}
+                for by_seed in seeds.values() for seed, runs in by_seed.items() for name in runs]
+    br.write_csv(per_seed, results / "gap.csv")
+    return rows, br.markdown(rows, GAP_COLUMNS)
 
 
 def bandwidth(results, label):
@@ -139,8 +152,9 @@ def scaling_section(results, rows, throughput_rows):
     return "\n".join(lines)
 
 
-def headline_section(rows, convergence):
-    """Throughput against the bound, none and the fastest peer; accuracy and ratio per model."""
+def headline_section(rows, convergence, gaps):
+    """Throughput against the bound, none and the fastest peer; accuracy and ratio per model
+    (seed means of the gap runs where there are some)."""
     lines = []
     if rows:
         lines += ["| model | link | compute-only bound | none | fastest peer | gradpart |",
@@ -156,7 +170,13 @@ def headline_section(rows, convergence):
                          f"**{gp:.0f}** "
                          f"({gp / bound:.2f} of bound, {gp / none:.1f}x none) |")
         lines += ["", "samples/s, all methods in one launch per row.", ""]
-    if convergence:
+    if gaps:
+        lines += ["| model | epochs | seeds | none: test acc | gradpart: test acc | gap (pp) | gradpart ratio |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {g['model']} | {g['epochs']} | {g['seeds']} | {g['none_acc']:.3f} | {g['test_acc']:.3f} | "
+                  f"{g['gap_pp']:+.2f} | {g['ratio']:.0f}x |" for g in gaps]
+        lines += ["", "Means over seeds; cosine learning rate, 10 Gbit/s link (see docs/results.md)."]
+    elif convergence:
         lines += ["| model | epochs | none: test acc | gradpart: test acc | gap (pp) | gradpart ratio |",
                   "|---|---|---|---|---|---|"]
         for model, runs in convergence.items():
@@ -167,8 +187,8 @@ def headline_section(rows, convergence):
     return "\n".join(lines)
 
 
-def targets_section(results, rows, convergence):
-    lines = bench_targets.check(rows, convergence)
+def targets_section(results, rows, convergence, gaps):
+    lines = bench_targets.check(rows, convergence, gaps)
     (results / "targets.json").write_text(json.dumps(lines, indent=1) + "\n")
     return br.markdown(lines, [("target", "target", ""), ("measured", "measured", ""),
                                ("status", "status", "")])
@@ -198,10 +218,14 @@ def main(argv=None):
     ablation = br.load_runs(results / "ablation")
     if ablation:
         blocks["ablation"] = runs_section(results, "ablation", ablation, "gradpart")
+    gaps = []
+    seeds = br.load_seeds(results / "gap")
+    if seeds:
+        gaps, blocks["gap"] = gap_section(results, seeds)
     if (results / "scaling.jsonl").exists():
         blocks["scaling"] = scaling_section(results, br.read_jsonl(results / "scaling.jsonl"), rows)
-    blocks["targets"] = targets_section(results, rows, convergence)
-    blocks["headline"] = headline_section(rows, convergence)
+    blocks["targets"] = targets_section(results, rows, convergence, gaps)
+    blocks["headline"] = headline_section(rows, convergence, gaps)
     for doc in args.docs:
         text = doc.read_text()
         for name, content in blocks.items():

@@ -139,3 +139,28 @@ def write_csv(rows, path):
         writer = csv.DictWriter(f, fieldnames=keys)
         writer.writeheader()
         writer.writerows(rows)
+
+
+def load_seeds(folder):
+    """``{model: {seed: {run name: records}}}`` from ``folder/seed<k>/<model>/<run>.jsonl``."""
+    out = {}
+    for seed_dir in sorted(Path(folder).glob("seed*")):
+        for model, runs in load_runs(seed_dir).items():
+            out.setdefault(model, {})[int(seed_dir.name[4:])] = runs
+    return out
+
+
+def gap_row(model, by_seed, run="gradpart"):
+    """Final accuracies of ``run`` and of the reference over the seeds that have both: their
+    means, the mean gap (pp) with its spread, and ``run``'s mean compression ratio."""
+    seeds = sorted(s for s, runs in by_seed.items() if {run, REFERENCE} <= set(runs))
+    if not seeds:
+        return None
+    rows = [summary_row(run, by_seed[s][run], by_seed[s][REFERENCE]) for s in seeds]
+    gaps = [r["gap_pp"] for r in rows]
+    return {"model": model, "run": run, "seeds": len(seeds), "epochs": rows[0]["epochs"],
+            "none_acc": statistics.mean(by_seed[s][REFERENCE][-1]["test_acc"] for s in seeds),
+            "test_acc": statistics.mean(r["test_acc"] for r in rows),
+            "gap_pp": statistics.mean(gaps), "gap_sd": statistics.stdev(gaps) if len(gaps) > 1 else 0.0,
+            "gap_min": min(gaps), "gap_max": max(gaps),
+            "ratio": statistics.mean(r["ratio"] for r in rows)}
