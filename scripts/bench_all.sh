@@ -3,10 +3,11 @@
 #   bash scripts/bench_all.sh              # quick (make bench): about 15 minutes on 2 cores
 #   BENCH=full bash scripts/bench_all.sh   # full (make bench-full): every model, rate and stage
 # Stages: throughput (scripts/bench.sh), convergence of every registered method and the ablation
-# of each GradPart stage (scripts/bench_convergence.sh), in full mode also the 4-node run
+# of each GradPart stage (scripts/bench_convergence.sh), GradPart's accuracy gap to no
+# compression over 10 epochs and 3 seeds, in full mode also the 4-node run
 # (scripts/bench_scaling.sh). Quick mode trains the study's groups (none, variance) with topk and
-# gradpart on lenet5 and times the MLP at 100 Mbit/s; full mode covers every method, model and
-# rate. Each stage holds the cluster lock (CLUSTER_LOCK) only while it runs,
+# gradpart on lenet5, its gap on lenet5, and times the MLP at 100 Mbit/s; full mode covers every
+# method, model and rate. Each stage holds the cluster lock (CLUSTER_LOCK) only while it runs,
 # so other users of the cluster can go in between; each leaves the cluster down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,17 +50,30 @@ ablation() {  # EPOCHS MODEL..., one hold per model; default GradPart is the con
   done
 }
 
+gap() {  # MODEL..., 10 epochs with a cosine learning rate, seeds 0-2; one hold per seed and model
+  local seed model
+  rm -rf "$OUT/gap"
+  for seed in 0 1 2; do
+    for model in "$@"; do
+      locked env SEED=$seed EPOCHS=10 RATE=10gbit LR_SCHEDULE=cosine \
+        bash scripts/bench_convergence.sh "$OUT/gap/seed$seed" "$model" none=none gradpart=gradpart
+    done
+  done
+}
+
 mode=${BENCH:-quick}
 start=$(date +%s)
 case $mode in
   quick)
     throughput mlp 100mbit
     convergence "$QUICK_METHODS" 3 lenet5
-    ablation 3 lenet5 ;;
+    ablation 3 lenet5
+    gap lenet5 ;;
   full)
     throughput "mlp lenet5 resnet20" 10gbit 1gbit 100mbit 20mbit
     convergence "$METHODS" 5 mlp lenet5 resnet20
     ablation 5 mlp lenet5
+    gap mlp lenet5 resnet20
     locked bash scripts/bench_scaling.sh ;;
   *) echo "bench_all.sh: BENCH must be quick or full, got '$mode'" >&2; exit 2 ;;
 esac
