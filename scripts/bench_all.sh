@@ -4,7 +4,7 @@
 #   BENCH=full bash scripts/bench_all.sh   # full (make bench-full): every model, rate and stage
 # Stages: throughput (scripts/bench.sh), convergence of every registered method and the ablation
 # of each GradPart stage (scripts/bench_convergence.sh), GradPart's accuracy gap to no
-# compression over 10 epochs and 3 seeds, in full mode also the 4-node run
+# compression over 10 epochs and 5 seeds, in full mode also the 4-node run
 # (scripts/bench_scaling.sh). Quick mode trains the study's groups (none, variance) with topk and
 # gradpart on lenet5, its gap on lenet5, and times the MLP at 100 Mbit/s; full mode covers every
 # method, model and rate. Each stage holds the cluster lock (CLUSTER_LOCK) only while it runs,
@@ -50,11 +50,11 @@ ablation() {  # EPOCHS MODEL..., one hold per model; default GradPart is the con
   done
 }
 
-gap() {  # MODEL..., 10 epochs with a cosine learning rate, seeds 0-2; one hold per seed and model
+gap() {  # MODEL..., 10 epochs with a cosine learning rate, seeds 0-4; one hold per seed and model
   local seed model
-  rm -rf "$OUT/gap"
-  for seed in 0 1 2; do
+  for seed in 0 1 2 3 4; do
     for model in "$@"; do
+      rm -rf "$OUT/gap/seed$seed/$model"
       locked env SEED=$seed EPOCHS=10 RATE=10gbit LR_SCHEDULE=cosine \
         bash scripts/bench_convergence.sh "$OUT/gap/seed$seed" "$model" none=none gradpart=gradpart
     done
