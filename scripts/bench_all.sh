@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The evaluation suite on the edge cluster, then its tables, plots and docs/results.md.
-#   bash scripts/bench_all.sh              # quick (make bench): about 15 minutes on 2 cores
+#   bash scripts/bench_all.sh              # quick (make bench): about 20 minutes on 2 cores
 #   BENCH=full bash scripts/bench_all.sh   # full (make bench-full): every model, rate and stage
 # Stages: throughput (scripts/bench.sh), convergence of every registered method and the ablation
 # of each GradPart stage (scripts/bench_convergence.sh), GradPart's accuracy gap to no
