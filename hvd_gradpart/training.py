@@ -71,9 +71,11 @@ def recalibrate_batchnorm(model, x, batch_size=64, batches=20):
     statistics. Returns the number of layers recalibrated.
     """
     layers = [layer for layer in model.submodules if isinstance(layer, tf.keras.layers.BatchNormalization)]
+    if not layers:
+        return 0
     saved = [layer.momentum for layer in layers]
     try:
-        for i in range(min(batches, -(-len(x) // batch_size)) if layers else 0):
+        for i in range(min(batches, -(-len(x) // batch_size))):
             for layer in layers:
                 layer.momentum = 1.0 - 1.0 / (i + 1)  # running mean over the batches so far
             model(x[i * batch_size:(i + 1) * batch_size], training=True)

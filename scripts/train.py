@@ -35,20 +35,21 @@ def option(text):
         return key, value
 
 
-def positive(kind):
+def checked(kind, ok, rule):
+    """An argparse type: ``kind(text)``, refused unless ``ok`` holds (``rule`` says what must)."""
     def parse(text):
         value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {rule}, got {text}")
         return value
     return parse
 
 
-def count(text):
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+def positive(kind):
+    return checked(kind, lambda v: v > 0, "> 0")
+
+
+count = checked(int, lambda v: v >= 0, ">= 0")
 
 
 def exit_with_launcher(rank, host, every_s=1.0):
@@ -153,11 +154,12 @@ def main(argv=None):
         if rank != 0:
             continue
         test_loss, test_acc = training.evaluate(model, data.x_test, data.y_test)
+        rate = float(lr(optimizer.iterations)) if callable(lr) else lr  # the next step's
         link = training.link_counters()
         record = {"epoch": epoch + 1, "train_loss": loss_sum / seen, "train_acc": hits / seen,
                   "test_loss": test_loss, "test_acc": test_acc, "wall_s": time.perf_counter() - start,
-                  "samples_per_s": seen * size / elapsed,
-                  "lr": float(lr(optimizer.iterations)) if callable(lr) else lr, "model": args.model, "dataset": args.dataset,
+                  "samples_per_s": seen * size / elapsed, "lr": rate, "model": args.model,
+                  "dataset": args.dataset,
                   "compressor": args.compressor, "ranks": size,
                   "link_tx_bytes": link["tx_bytes"] - link0["tx_bytes"],
                   "link_rx_bytes": link["rx_bytes"] - link0["rx_bytes"],

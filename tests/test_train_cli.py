@@ -1,17 +1,18 @@
 """train.py's options and errors: one clear line, no traceback, before any launch."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import launch_env
+
 TRAIN = Path(__file__).parents[1] / "scripts" / "train.py"
 
 
 def run(*args):
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    env = {**launch_env(), "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     return subprocess.run([sys.executable, str(TRAIN), *args], capture_output=True, text=True, timeout=120,
                           env=env)
 
