@@ -1,0 +1,57 @@
+"""Time to accuracy: when a run first reached a target test accuracy.
+
+``scripts/train.py --eval-every F`` evaluates the model every ``F`` of an epoch
+and at every epoch's end, and writes one record per evaluation. Each record
+carries ``train_s`` (the training clock: seconds spent in training steps,
+evaluation and BatchNorm recalibration excluded), ``step`` (optimizer steps so
+far), ``epoch`` (epochs so far, fractional between epoch ends) and
+``epoch_end`` (true on the one record that closes each epoch, the record older
+readers expect). A run reaches a target at the first evaluation whose test
+accuracy is at or above it; the time reported is that evaluation's training
+clock, so it overstates the true crossing by less than one evaluation interval.
+Targets are shares of the reference run's (no compression's) final accuracy.
+"""
+from typing import NamedTuple
+
+SHARES = (0.95, 0.99)  # targets: these shares of the reference's final test accuracy
+
+
+class Reached(NamedTuple):
+    """The first evaluation at or above a target accuracy."""
+
+    train_s: float  # training seconds by then (evaluation excluded)
+    step: int       # optimizer steps by then
+    epoch: float    # epochs by then
+    test_acc: float  # the accuracy that evaluation measured
+
+
+def epoch_records(records):
+    """The records that close an epoch (records without the flag predate it and are all such)."""
+    return [r for r in records if r.get("epoch_end", True)]
+
+
+def targets(reference, shares=SHARES):
+    """``{share: share * final test accuracy of reference}``."""
+    final = epoch_records(reference)[-1]["test_acc"]
+    return {share: share * final for share in shares}
+
+
+def time_to_accuracy(records, target):
+    """The first of ``records`` (in training order) whose test accuracy reaches ``target``.
+
+    Args:
+        records: one run's evaluation records, as train.py writes them.
+        target: test accuracy to reach, in [0, 1].
+
+    Returns:
+        A :class:`Reached`, or None when no evaluation reached ``target``.
+
+    Raises:
+        ValueError: a record lacks the training clock (written before ``--eval-every`` existed).
+    """
+    old = next((r for r in records if "train_s" not in r or "step" not in r), None)
+    if old is not None:
+        raise ValueError(f"the record of epoch {old.get('epoch')} has no train_s/step: it was written by an "
+                         "older scripts/train.py; rerun the training to get time to accuracy")
+    return next((Reached(r["train_s"], r["step"], r["epoch"], r["test_acc"])
+                 for r in records if r["test_acc"] >= target), None)
