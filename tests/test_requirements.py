@@ -1,0 +1,64 @@
+"""The import-time check of TensorFlow and Horovod (hvd_gradpart/requirements.py)."""
+import sys
+import warnings
+
+import horovod
+import pytest
+import tensorflow as tf
+
+from hvd_gradpart import requirements
+from hvd_gradpart.requirements import UntestedVersionWarning
+
+
+def test_this_environment_passes_silently():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UntestedVersionWarning)
+        assert requirements.check() == (tf.__version__, horovod.__version__)
+
+
+@pytest.mark.parametrize("version, tested", [
+    ("2.15.0", True), ("2.15.1", True), ("2.15.1+nv24.1", True), ("2.14.1", False),
+    ("2.16.0rc1", False), ("2.16.1", False), ("3.0.0", False)])
+def test_tensorflow_range(monkeypatch, version, tested):
+    monkeypatch.setattr(tf, "__version__", version)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        requirements.check()
+    found = [str(w.message) for w in caught if w.category is UntestedVersionWarning]
+    assert len(found) == (0 if tested else 1)
+    assert tested or ("TensorFlow >=2.15,<2.16" in found[0] and f"found {version}" in found[0])
+
+
+def test_keras_3_is_named_from_tensorflow_2_16(monkeypatch):
+    monkeypatch.setattr(tf, "__version__", "2.16.1")
+    with pytest.warns(UntestedVersionWarning, match="tf.keras is Keras 3"):
+        requirements.check()
+
+
+@pytest.mark.parametrize("version, tested", [
+    ("0.28.1", True), ("0.28.2", True), ("0.28.0", False), ("0.27.2", False), ("0.29.0", False)])
+def test_horovod_range(monkeypatch, version, tested):
+    monkeypatch.setattr(horovod, "__version__", version)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        requirements.check()
+    found = [str(w.message) for w in caught if w.category is UntestedVersionWarning]
+    assert len(found) == (0 if tested else 1)
+    assert tested or ("Horovod >=0.28.1,<0.29" in found[0] and f"found {version}" in found[0])
+
+
+@pytest.mark.parametrize("missing, says", [
+    ("tensorflow", "pip install tensorflow-cpu==2.15.1, or tensorflow==2.15.1 for GPUs"),
+    ("horovod", "HOROVOD_WITH_TENSORFLOW=1"),
+    ("horovod.tensorflow", "--force-reinstall"),
+])
+def test_missing_piece_says_what_to_install(monkeypatch, missing, says):
+    monkeypatch.setitem(sys.modules, missing, None)  # `import missing` now raises ImportError
+    with pytest.raises(ImportError, match="hvd_gradpart needs|does not load") as raised:
+        requirements.check()
+    assert says in str(raised.value) and "--no-build-isolation horovod==0.28.1" in str(raised.value)
+
+
+def test_unreadable_version_is_a_clear_error():
+    with pytest.raises(ValueError, match="cannot read the version 'unknown'"):
+        requirements.parse("unknown")
