@@ -21,10 +21,10 @@ demo: setup
 	bash scripts/demo.sh
 
 bench: setup
-	bash scripts/bench_all.sh
+	bash benchmarks/suite.sh
 
 bench-full: setup
-	BENCH=full bash scripts/bench_all.sh
+	BENCH=full bash benchmarks/suite.sh
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -6,13 +6,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 
-import bench_report  # noqa: E402
-import bench_results as br  # noqa: E402
-import bench_table  # noqa: E402
-import bench_targets  # noqa: E402
-import scaling  # noqa: E402
+from benchmarks import records as br  # noqa: E402
+from benchmarks import report, scaling, table, targets  # noqa: E402
 
 
 def epoch(n, acc, sent, dense, link, compressor="gradpart", model="lenet5"):
@@ -63,14 +60,14 @@ def test_gap_row_averages_the_seeds_that_have_both_runs():
 def test_seed_gaps_decide_the_accuracy_target_over_a_single_run():
     gap = {"model": "lenet5", "seeds": 3, "epochs": 10, "gap_pp": -0.6, "gap_min": -1.0,
            "gap_max": 0.1, "ratio": 90.0}
-    lines = bench_targets.accuracy_and_ratio({"lenet5": {"none": NONE, "gradpart": GRADPART}}, [gap])
+    lines = targets.accuracy_and_ratio({"lenet5": {"none": NONE, "gradpart": GRADPART}}, [gap])
     assert [line["status"] for line in lines] == ["missed", "missed"]
     assert lines[0]["measured"].startswith("-0.60 pp, mean of 3 seeds after 10 epochs")
 
 
 def test_markdown_dashes_missing_values():
-    table = br.markdown([{"a": 1.5, "b": math.nan}], [("A", "a", ".1f"), ("B", "b", ".1f"), ("C", "c", "")])
-    assert table.splitlines()[-1] == "| 1.5 | – | – |"
+    md = br.markdown([{"a": 1.5, "b": math.nan}], [("A", "a", ".1f"), ("B", "b", ".1f"), ("C", "c", "")])
+    assert md.splitlines()[-1] == "| 1.5 | – | – |"
 
 
 def test_densities_per_slot():
@@ -81,7 +78,7 @@ def test_densities_per_slot():
 
 def test_throughput_table_relates_to_bound_and_none():
     rows = [bench_row("compute-only", 0.01), bench_row("none", 1.0), bench_row("gradpart", 0.02)]
-    line = bench_table.table(rows).splitlines()[2]
+    line = table.table(rows).splitlines()[2]
     assert line.startswith("| mlp | 100mbit | 2 | 2000 |")
     assert "1000 (0.50 of bound, 50.0x none)" in line
 
@@ -89,7 +86,7 @@ def test_throughput_table_relates_to_bound_and_none():
 def test_targets_met_and_missed():
     rows = [bench_row("compute-only", 0.01), bench_row("none", 1.0), bench_row("gradpart", 0.02)]
     topk = [epoch(1, 0.5, 1, 1, 1), {**epoch(2, 0.9, 2, 2, 2), "samples_per_s": 150.0}]
-    status = {t["target"]: t["status"] for t in bench_targets.check(rows, {"lenet5": {
+    status = {t["target"]: t["status"] for t in targets.check(rows, {"lenet5": {
         "none": NONE, "gradpart": GRADPART, "topk": topk}})}
     assert status["mlp, 100 Mbit/s: gradpart >= 0.8x compute-only bound"] == "missed"
     assert status["mlp, 100 Mbit/s: gradpart >= 40x none"] == "met"
@@ -142,7 +139,7 @@ def test_report_writes_tables_plots_and_fills_docs(tmp_path):
     docs = tmp_path / "results.md"
     docs.write_text("intro\n<!-- generated:targets -->\nold\n<!-- /generated:targets -->\n"
                     "<!-- generated:headline -->\n<!-- /generated:headline -->\nend\n")
-    bench_report.main(["--results", str(res), "--docs", str(docs)])
+    report.main(["--results", str(res), "--docs", str(docs)])
     text = docs.read_text()
     assert "old" not in text and "| lenet5: gradpart compression ratio >= 100x | 100x" in text
     assert text.startswith("intro\n") and text.endswith("end\n")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Trains one model with several compressor set-ups, same epochs and seed, on the edge cluster.
-#   bash scripts/bench_convergence.sh OUTDIR MODEL RUN...
+#   bash benchmarks/convergence.sh OUTDIR MODEL RUN...
 # RUN is NAME=COMPRESSOR[,KEY=VALUE...], e.g. none=none or no-fit=gradpart,fit=false.
 # Writes OUTDIR/MODEL/NAME.jsonl (per epoch) and, for sparse compressors, NAME.tensors.jsonl
 # (per-gradient metrics every TENSOR_EVERY steps). Environment: EPOCHS (3), SEED (0),

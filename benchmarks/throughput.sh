@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Throughput of every method side by side, per model and link rate, on the edge cluster.
-#   bash scripts/bench.sh                 # quick: mlp and lenet5 at 100 and 20 Mbit/s
-#   MODELS="mlp lenet5 resnet20" RATES="1gbit 100mbit 20mbit" bash scripts/bench.sh
-# APPEND=1 adds rows to benchmarks/throughput.jsonl instead of starting it afresh (one call per
-# rate, as make bench does, keeps each hold of the cluster short).
+#   bash benchmarks/throughput.sh       # quick: mlp and lenet5 at 100 and 20 Mbit/s
+#   MODELS="mlp lenet5 resnet20" RATES="1gbit 100mbit 20mbit" bash benchmarks/throughput.sh
+# APPEND=1 adds rows to benchmarks/results/throughput.jsonl instead of starting it afresh (one
+# call per rate, as make bench does, keeps each hold of the cluster short).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TF_CPP_MIN_LOG_LEVEL=2
 PY="$PWD/.venv/bin/python"
-OUT=${OUT:-benchmarks}
+OUT=${OUT:-benchmarks/results}
 MODELS=${MODELS:-"mlp lenet5"}
 RATES=${RATES:-"100mbit 20mbit"}
 METHODS=${METHODS:-$("$PY" -c 'import hvd_gradpart as h; print(" ".join(sorted(h.COMPRESSORS)))')}
@@ -24,7 +24,7 @@ for rate in $RATES; do
   for model in $MODELS; do
     log="$OUT/throughput-$model-$rate.log"
     if ! "$PY" scripts/launch.py -np 2 -hostfile hostfiles/edge --gloo --disable-cache \
-      "$PY" "$PWD/scripts/bench_throughput.py" --model "$model" --methods $METHODS \
+      "$PY" -m benchmarks.throughput --model "$model" --methods $METHODS \
       --label "$rate" --out "$PWD/$rows" > "$log" 2>&1; then
       tail -n 20 "$log" >&2
       echo "bench: the $model launch at $rate failed (full log: $log)" >&2
@@ -33,5 +33,5 @@ for rate in $RATES; do
     grep 'samples/s' "$log"
   done
 done
-"$PY" scripts/bench_table.py "$rows" > "$OUT/throughput.md"
+"$PY" -m benchmarks.table "$rows" > "$OUT/throughput.md"
 cat "$OUT/throughput.md"

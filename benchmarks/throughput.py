@@ -1,6 +1,6 @@
 """Samples/s of every method side by side in one launch, with the compute-only bound.
 
-    horovodrun -np 2 -hostfile hostfiles/edge python scripts/bench_throughput.py \
+    horovodrun -np 2 -hostfile hostfiles/edge python -m benchmarks.throughput \
         --model mlp --methods none gradpart --out results.jsonl
 
 Each method trains the same model on a fixed synthetic batch: warm-up steps, then the median of

@@ -1,6 +1,6 @@
 """Tables, CSV/JSON summaries and plots from the benchmark result files; fills docs/results.md.
 
-    python scripts/bench_report.py --results benchmarks --docs docs/results.md README.md
+    python -m benchmarks.report --results benchmarks/results --docs docs/results.md README.md
 
 Reads what exists of ``throughput.jsonl``, ``convergence/``, ``ablation/``, ``gap/``,
 ``scaling.jsonl`` and ``linkprobe-<rate>.json`` under ``--results``; writes ``*.csv``, ``targets.json``,
@@ -12,11 +12,8 @@ import json
 import re
 from pathlib import Path
 
-import bench_results as br
-import bench_table
-import bench_targets
-import plots
-import scaling
+from benchmarks import plots, scaling, table, targets
+from benchmarks import records as br
 
 RUN_COLUMNS = [("run", "run", ""), ("epochs", "epochs", "d"), ("test acc", "test_acc", ".4f"),
                ("gap vs none (pp)", "gap_pp", "+.1f"), ("test loss", "test_loss", ".3f"),
@@ -42,12 +39,12 @@ def fill(text, name, content):
 
 def throughput_section(results, rows):
     """Table, CSV and bar plot of the throughput rows."""
-    (results / "throughput.md").write_text(bench_table.table(rows) + "\n")
+    (results / "throughput.md").write_text(table.table(rows) + "\n")
     br.write_csv([{k: v for k, v in r.items() if k not in ("compression", "windows_s")} for r in rows],
                  results / "throughput.csv")
     plots.throughput(rows, results / "plots" / "throughput.png",
                      "samples/s per method, compute-only bound dashed")
-    return bench_table.table(rows) + "\n\n![throughput](../benchmarks/plots/throughput.png)"
+    return table.table(rows) + "\n\n![throughput](../benchmarks/results/plots/throughput.png)"
 
 
 def runs_section(results, kind, runs, reference):
@@ -67,16 +64,16 @@ def runs_section(results, kind, runs, reference):
         if kind == "convergence":
             plots.convergence(by_name, f"{stem}.png", f"{model}: test accuracy and loss, 2 ranks")
             plots.ratios(by_name, f"{stem}-ratio.png", f"{model}: compression ratio over training")
-            parts.append(f"![{model} convergence](../benchmarks/plots/{kind}-{model}.png)\n"
-                         f"![{model} ratio](../benchmarks/plots/{kind}-{model}-ratio.png)")
+            parts.append(f"![{model} convergence](../benchmarks/results/plots/{kind}-{model}.png)\n"
+                         f"![{model} ratio](../benchmarks/results/plots/{kind}-{model}-ratio.png)")
             tensors = results / kind / model / "gradpart.tensors.jsonl"
             if tensors.exists() and tensors.stat().st_size:
                 plots.density(br.read_jsonl(tensors), f"{stem}-density.png",
                               f"{model}: GradPart's density per layer")
-                parts.append(f"![{model} density](../benchmarks/plots/{kind}-{model}-density.png)")
+                parts.append(f"![{model} density](../benchmarks/results/plots/{kind}-{model}-density.png)")
         else:
             plots.ablation(rows, f"{stem}.png", f"{model}: GradPart with one stage switched off")
-            parts.append(f"![{model} ablation](../benchmarks/plots/{kind}-{model}.png)")
+            parts.append(f"![{model} ablation](../benchmarks/results/plots/{kind}-{model}.png)")
         parts.append("")
     br.write_csv(all_rows, results / f"{kind}.csv")
     return "\n".join(parts)
@@ -148,7 +145,7 @@ def scaling_section(results, rows, throughput_rows):
                  f"{even[lab] or '>4096'} ({lab})" for lab in SCALING_RATES)
              + "; at a given N, dense is faster above " + ", ".join(
                  f"{even_b[n]:.0f} Mbit/s (N = {n})" for n in SCALING_NODES) + ".",
-             "", "![scaling](../benchmarks/plots/scaling.png)"]
+             "", "![scaling](../benchmarks/results/plots/scaling.png)"]
     return "\n".join(lines)
 
 
@@ -164,7 +161,7 @@ def headline_section(rows, convergence, gaps):
                 continue
             bound, gp = by["compute-only"]["samples_per_s"], by["gradpart"]["samples_per_s"]
             none = by["none"]["samples_per_s"]
-            peers = sorted((by[p]["samples_per_s"], p) for p in bench_targets.PEERS if p in by)
+            peers = sorted((by[p]["samples_per_s"], p) for p in targets.PEERS if p in by)
             peer = f"{peers[-1][1]} {peers[-1][0]:.0f}" if peers else "–"
             lines.append(f"| {model} | {label}, {ranks} ranks | {bound:.0f} | {none:.0f} | {peer} | "
                          f"**{gp:.0f}** "
@@ -188,7 +185,7 @@ def headline_section(rows, convergence, gaps):
 
 
 def targets_section(results, rows, convergence, gaps):
-    lines = bench_targets.check(rows, convergence, gaps)
+    lines = targets.check(rows, convergence, gaps)
     (results / "targets.json").write_text(json.dumps(lines, indent=1) + "\n")
     return br.markdown(lines, [("target", "target", ""), ("measured", "measured", ""),
                                ("status", "status", "")])
@@ -196,7 +193,7 @@ def targets_section(results, rows, convergence, gaps):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--results", default="benchmarks", type=Path)
+    p.add_argument("--results", default="benchmarks/results", type=Path)
     p.add_argument("--docs", type=Path, nargs="*", default=[],
                    help="Markdown files with generated blocks to fill")
     args = p.parse_args(argv)
@@ -233,7 +230,7 @@ def main(argv=None):
                 text = fill(text, name, content)
         doc.write_text(text)
     for name in blocks:
-        print(f"bench_report: {name} done")
+        print(f"benchmarks.report: {name} done")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Reading benchmark result files and deriving the figures the report quotes.
 
 Pure functions over the JSONL records written by ``scripts/train.py`` (per epoch, and per
-gradient every few steps) and ``scripts/bench_throughput.py`` (one row per method).
+gradient every few steps) and ``benchmarks/throughput.py`` (one row per method).
 """
 import csv
 import json

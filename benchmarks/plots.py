@@ -6,8 +6,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-import bench_results as br  # noqa: E402
-import scaling  # noqa: E402
+from benchmarks import records as br, scaling  # noqa: E402
 
 
 def _save(fig, path, title):

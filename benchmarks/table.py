@@ -1,11 +1,11 @@
-"""Markdown table of bench_throughput.py rows: samples/s per method, model and link rate.
+"""Markdown table of benchmarks.throughput rows: samples/s per method, model and link rate.
 
-    python scripts/bench_table.py benchmarks/throughput.jsonl
+    python -m benchmarks.table benchmarks/results/throughput.jsonl
 """
 import json
 import sys
 
-from bench_results import group_throughput
+from benchmarks.records import group_throughput
 
 NOTE = "samples/s over all ranks, median of timing windows after warm-up, all methods in one launch."
 

@@ -1,6 +1,6 @@
 """Compress + decompress cost per step: GradPart against exact Top-k at the same density.
 
-    python scripts/bench_cost.py --out benchmarks/cost.json
+    python -m benchmarks.cost --out benchmarks/results/cost.json
 
 One process, one TF thread, the two methods' calls interleaved; gradients are Laplace draws, a fresh one each call (cycled from a
 precomputed set so that drawing them costs nothing inside the timing).
@@ -40,7 +40,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--sizes", type=int, nargs="+", default=[1 << 20, 1 << 22])
     p.add_argument("--calls", type=int, default=30)
-    p.add_argument("--out", default="benchmarks/cost.json")
+    p.add_argument("--out", default="benchmarks/results/cost.json")
     args = p.parse_args()
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)

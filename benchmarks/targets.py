@@ -1,5 +1,5 @@
 """The targets of the evaluation, checked against measured results: met or missed, by how much."""
-import bench_results as br
+from benchmarks import records as br
 
 PEERS = ("variance", "topk", "dgc", "sidco")
 UNSHAPED = ("10gbit", "1gbit")
@@ -60,7 +60,7 @@ def best_peer(groups, convergence):
 def accuracy_and_ratio(convergence, gaps=()):
     """Every model: final accuracy within 0.5 pp of no compression; compression ratio >= 100x.
 
-    ``gaps`` (``bench_results.gap_row`` rows, the longer runs over several seeds) decides the
+    ``gaps`` (``records.gap_row`` rows, the longer runs over several seeds) decides the
     models it covers; the convergence runs decide the rest.
     """
     out, decided = [], {g["model"] for g in gaps}

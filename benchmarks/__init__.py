@@ -1,0 +1,24 @@
+"""The evaluation of hvd_gradpart: measurement, derived figures, tables and plots.
+
+Run everything from the repository root: the shell drivers take the cluster up and down and
+launch the measurements, the Python entry points run with ``python -m benchmarks.<module>``,
+and every result lands under ``benchmarks/results/``.
+
+Drivers (edge cluster, root):
+    ``suite.sh``: the whole suite, then the report (``make bench``; ``BENCH=full`` for all of it).
+    ``throughput.sh``: samples/s of every method per model and link rate.
+    ``convergence.sh``: training runs of one model with several compressor set-ups.
+    ``scaling.sh``: the throughput benchmark on 2 and on 4 nodes.
+
+Entry points (``python -m benchmarks.<name>``):
+    ``throughput``: one launch timing every method (run under ``horovodrun``).
+    ``report``: tables, CSV/JSON summaries and plots; fills the generated blocks of the docs.
+    ``table``: the Markdown throughput table of a ``throughput.jsonl``.
+    ``cost``: compress + decompress time of GradPart against Top-k, one process.
+    ``calibrate``: one compressor's density, ratio and accuracy per epoch, one process.
+    ``threshold_variants``: short-run accuracy of GradPart's threshold variants, one process.
+
+Library modules: ``records`` (reading result files, derived figures), ``targets`` (the
+evaluation's targets checked against results), ``scaling`` (the analytic scaling model),
+``plots`` (the figures).
+"""
