@@ -11,6 +11,7 @@ accuracy is at or above it; the time reported is that evaluation's training
 clock, so it overstates the true crossing by less than one evaluation interval.
 Targets are shares of the reference run's (no compression's) final accuracy.
 """
+import math
 from typing import NamedTuple
 
 SHARES = (0.95, 0.99)  # targets: these shares of the reference's final test accuracy
@@ -23,6 +24,24 @@ class Reached(NamedTuple):
     step: int       # optimizer steps by then
     epoch: float    # epochs by then
     test_acc: float  # the accuracy that evaluation measured
+
+
+def evaluation_points(steps_per_epoch, every):
+    """The steps within an epoch (1-based) after which to evaluate.
+
+    Args:
+        steps_per_epoch: optimizer steps in one epoch, >= 1.
+        every: fraction of an epoch between evaluations, in (0, 1].
+
+    Returns:
+        Sorted steps: the first step at or past each multiple of ``every`` of the
+        epoch, and always the epoch's last step.
+    """
+    if steps_per_epoch < 1 or not 0 < every <= 1:
+        raise ValueError(f"need steps_per_epoch >= 1 and every in (0, 1], got {steps_per_epoch} and {every}")
+    tolerance = 1e-9  # 0.1 * 3 * 10 is 3.0000000000000004, and still the third step
+    points = {math.ceil(k * every * steps_per_epoch - tolerance) for k in range(1, math.ceil(1 / every) + 1)}
+    return sorted({p for p in points if 0 < p < steps_per_epoch} | {steps_per_epoch})
 
 
 def epoch_records(records):

@@ -22,6 +22,7 @@ from hvd_gradpart import COMPRESSORS, get_compressor, training  # noqa: E402
 from hvd_gradpart.data import DATASETS, DataNotFoundError, batches, load_dataset, shard  # noqa: E402
 from hvd_gradpart.metrics import JsonlLogger, resolve, snapshot  # noqa: E402
 from hvd_gradpart.models import MODELS, build_model  # noqa: E402
+from hvd_gradpart.progress import evaluation_points  # noqa: E402
 
 
 def option(text):
@@ -50,6 +51,7 @@ def positive(kind):
 
 
 count = checked(int, lambda v: v >= 0, ">= 0")
+fraction = checked(float, lambda v: 0 < v <= 1, "in (0, 1]")
 
 
 def exit_with_launcher(rank, host, every_s=1.0):
@@ -71,6 +73,22 @@ def exit_with_launcher(rank, host, every_s=1.0):
     threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
 
 
+def report(record, epochs, logger, board):
+    """Prints one evaluation, appends it to the JSONL and, at an epoch's end, to TensorBoard."""
+    if record["epoch_end"]:
+        print(f"epoch {record['epoch']}/{epochs} loss {record['train_loss']:.4f} test_acc {record['test_acc']:.4f} "
+              f"{record['samples_per_s']:.0f} samples/s, {record['train_s']:.1f} s training", flush=True)
+    else:
+        print(f"  epoch {record['epoch']:.2f} step {record['step']} test_acc {record['test_acc']:.4f} "
+              f"after {record['train_s']:.1f} s training", flush=True)
+    if logger:
+        logger.write(**record)
+    if board and record["epoch_end"]:
+        with board.as_default(step=record["epoch"]):
+            for key in ("train_loss", "train_acc", "test_loss", "test_acc", "samples_per_s"):
+                tf.summary.scalar(key, record[key])
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", choices=MODELS, default="lenet5")
@@ -90,7 +108,11 @@ def parse_args(argv=None):
                    help="training batches whose mean statistics replace BatchNorm's moving averages "
                         "before each evaluation (0: keep Keras's moving averages)")
     p.add_argument("--threads", type=positive(int), default=1, help="TF threads per pool per rank")
-    p.add_argument("--jsonl", help="JSONL file for per-epoch records (rank 0)")
+    p.add_argument("--eval-every", type=fraction, default=0.25,
+                   help="fraction of an epoch between test evaluations (1: at epoch ends only); the training "
+                        "clock train_s excludes them")
+    p.add_argument("--jsonl", help="JSONL file with one record per evaluation (rank 0); epoch_end marks the "
+                                   "record closing each epoch")
     p.add_argument("--tensorboard", help="TensorBoard log folder (rank 0)")
     p.add_argument("--tensor-jsonl", help="JSONL file for per-tensor compressor metrics (rank 0)")
     p.add_argument("--tensor-every", type=positive(int), default=10, help="steps between --tensor-jsonl records")
@@ -130,11 +152,14 @@ def main(argv=None):
     instance = resolve(compression)
     tensors = JsonlLogger(args.tensor_jsonl) if args.tensor_jsonl and instance is not None and rank == 0 else None
     intervals = JsonlLogger(args.steps_jsonl) if args.steps_jsonl and rank == 0 else None
-    steps = 0
+    steps_per_epoch = len(x) // args.batch_size
+    points = evaluation_points(steps_per_epoch, args.eval_every)
+    steps, evals, train_s = 0, 0, 0.0
     start, link0 = time.perf_counter(), training.link_counters()
     mark = start
     for epoch in range(args.epochs):
-        t0, seen, loss_sum, hits = time.perf_counter(), 0, 0.0, 0.0
+        epoch_s, seen, loss_sum, hits = 0.0, 0, 0.0, 0.0
+        resumed = time.perf_counter()
         for i, (xb, yb) in enumerate(batches(x, y, args.batch_size, args.seed, epoch)):
             loss, hit = step(xb, yb)
             if epoch == 0 and i == 0:
@@ -148,30 +173,30 @@ def main(argv=None):
                 intervals.write(step=steps, epoch=epoch + 1, interval_s=now - mark, wall_s=now - start,
                                 samples_per_s=args.log_every_steps * args.batch_size * size / (now - mark))
                 mark = now
-        elapsed = time.perf_counter() - t0
-        if args.bn_batches > 0:  # on every rank, from the same data: ranks stay bit-identical
-            training.recalibrate_batchnorm(model, data.x_train, args.batch_size, args.bn_batches)
-        if rank != 0:
-            continue
-        test_loss, test_acc = training.evaluate(model, data.x_test, data.y_test)
-        rate = float(lr(optimizer.iterations)) if callable(lr) else lr  # the next step's
-        link = training.link_counters()
-        record = {"epoch": epoch + 1, "train_loss": loss_sum / seen, "train_acc": hits / seen,
-                  "test_loss": test_loss, "test_acc": test_acc, "wall_s": time.perf_counter() - start,
-                  "samples_per_s": seen * size / elapsed, "lr": rate, "model": args.model,
-                  "dataset": args.dataset,
-                  "compressor": args.compressor, "ranks": size,
-                  "link_tx_bytes": link["tx_bytes"] - link0["tx_bytes"],
-                  "link_rx_bytes": link["rx_bytes"] - link0["rx_bytes"],
-                  "compression": training.compression_summary(compression)}
-        print(f"epoch {epoch + 1}/{args.epochs} loss {record['train_loss']:.4f} "
-              f"test_acc {test_acc:.4f} {record['samples_per_s']:.0f} samples/s", flush=True)
-        if logger:
-            logger.write(**record)
-        if board:
-            with board.as_default(step=epoch + 1):
-                for key in ("train_loss", "train_acc", "test_loss", "test_acc", "samples_per_s"):
-                    tf.summary.scalar(key, record[key])
+            if i + 1 not in points:
+                continue
+            # The training clock stops here: recalibration and evaluation are not training.
+            paused = time.perf_counter()
+            epoch_s, train_s = epoch_s + paused - resumed, train_s + paused - resumed
+            evals += 1
+            end = i + 1 == steps_per_epoch
+            if args.bn_batches > 0:  # on every rank, from the same data: ranks stay bit-identical
+                training.recalibrate_batchnorm(model, data.x_train, args.batch_size, args.bn_batches)
+            if rank == 0:
+                record = {"epoch": epoch + 1 if end else round(epoch + (i + 1) / steps_per_epoch, 4),
+                          "epoch_end": end, "eval": evals, "step": steps, "samples": steps * args.batch_size * size,
+                          "train_s": train_s, "train_loss": loss_sum / seen, "train_acc": hits / seen}
+                record["test_loss"], record["test_acc"] = training.evaluate(model, data.x_test, data.y_test)
+                link = training.link_counters()
+                record.update({
+                    "wall_s": time.perf_counter() - start, "samples_per_s": seen * size / epoch_s,
+                    "lr": float(lr(optimizer.iterations)) if callable(lr) else lr,  # the next step's
+                    "model": args.model, "dataset": args.dataset, "compressor": args.compressor, "ranks": size,
+                    "link_tx_bytes": link["tx_bytes"] - link0["tx_bytes"],
+                    "link_rx_bytes": link["rx_bytes"] - link0["rx_bytes"],
+                    "compression": training.compression_summary(compression)})
+                report(record, args.epochs, logger, board)
+            resumed = time.perf_counter()
     digest = hashlib.sha256(b"".join(v.numpy().tobytes() for v in model.variables)).hexdigest()
     print(f"rank {rank} weights sha256 {digest}", flush=True)
 

@@ -1,7 +1,7 @@
 """Time to accuracy from hand-made evaluation records."""
 import pytest
 
-from hvd_gradpart.progress import Reached, epoch_records, targets, time_to_accuracy
+from hvd_gradpart.progress import Reached, epoch_records, evaluation_points, targets, time_to_accuracy
 
 
 def record(step, train_s, acc, epoch, end=False):
@@ -42,3 +42,21 @@ def test_epoch_records_keep_epoch_ends_and_unflagged_old_records():
 def test_records_without_the_training_clock_are_refused_with_the_fix():
     with pytest.raises(ValueError, match="older scripts/train.py; rerun"):
         time_to_accuracy([{"epoch": 1, "test_acc": 0.9, "wall_s": 3.0}], 0.5)
+
+
+@pytest.mark.parametrize("steps, every, points", [
+    (62, 0.25, [16, 31, 47, 62]),
+    (10, 0.1, list(range(1, 11))),   # no float drift: 0.1 * 3 * 10 is the third step
+    (10, 0.3, [3, 6, 9, 10]),        # the epoch's end is always evaluated
+    (10, 1.0, [10]),
+    (3, 0.1, [1, 2, 3]),             # more evaluations asked than steps: one per step
+    (1, 0.5, [1]),
+])
+def test_evaluation_points(steps, every, points):
+    assert evaluation_points(steps, every) == points
+
+
+@pytest.mark.parametrize("steps, every", [(0, 0.5), (10, 0.0), (10, 1.5)])
+def test_evaluation_points_refuse_bad_input(steps, every):
+    with pytest.raises(ValueError, match="every in"):
+        evaluation_points(steps, every)

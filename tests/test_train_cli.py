@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import launch_env
+from hvd_gradpart.progress import epoch_records, time_to_accuracy
 
 TRAIN = Path(__file__).parents[1] / "scripts" / "train.py"
 
@@ -17,20 +18,34 @@ def run(*args):
                           env=env)
 
 
-def test_cosine_schedule_and_batchnorm_recalibration_in_one_process(tmp_path):
+def test_evaluations_cosine_schedule_and_batchnorm_recalibration_in_one_process(tmp_path):
     log = tmp_path / "run.jsonl"
     done = run("--model", "resnet20", "--dataset", "digits", "--epochs", "2", "--lr", "0.01",
-               "--lr-schedule", "cosine", "--bn-batches", "5", "--jsonl", str(log))
+               "--lr-schedule", "cosine", "--bn-batches", "5", "--eval-every", "0.5", "--jsonl", str(log))
     assert done.returncode == 0, done.stderr[-3000:]
-    first, last = (json.loads(line) for line in log.read_text().splitlines())
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    # 1,437 training digits, batch 32: 44 steps an epoch, evaluated after steps 22 and 44.
+    assert [r["epoch"] for r in records] == [0.5, 1, 1.5, 2]
+    assert [r["epoch_end"] for r in records] == [False, True, False, True]
+    assert [r["eval"] for r in records] == [1, 2, 3, 4]
+    assert [r["step"] for r in records] == [22, 44, 66, 88]
+    assert [r["samples"] for r in records] == [22 * 32, 44 * 32, 66 * 32, 88 * 32]
+    # The training clock leaves out each recalibration and evaluation; the wall clock does not.
+    for before, after in zip(records, records[1:]):
+        assert 0 < after["train_s"] - before["train_s"] < after["wall_s"] - before["wall_s"]
+    first, last = epoch_records(records)
     # Halfway through the run the cosine is at half the rate; at the end, at zero.
     assert abs(first["lr"] - 0.005) < 1e-6 and abs(last["lr"]) < 1e-9
     assert last["test_acc"] > 0.5, "recalibrated BatchNorm statistics should give a working model"
+    reached = time_to_accuracy(records, last["test_acc"])
+    assert reached is not None and reached.step <= 88 and reached.train_s <= last["train_s"]
 
 
 @pytest.mark.parametrize("args, says", [
     (["--epochs", "0"], "must be > 0"),
     (["--bn-batches", "-1"], "must be >= 0"),
+    (["--eval-every", "0"], "must be in (0, 1]"),
+    (["--eval-every", "2"], "must be in (0, 1]"),
     (["--lr-schedule", "step"], "invalid choice: 'step'"),
     (["--model", "vgg"], "invalid choice: 'vgg'"),
     (["--compressor", "zip"], "invalid choice: 'zip'"),
