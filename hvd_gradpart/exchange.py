@@ -8,9 +8,22 @@ gradient's size and dtype and of the compressor's settings. The header means
 no rank ever hands Horovod an empty tensor, even when it selected nothing;
 its negative index makes ``unsorted_segment_sum`` drop it while decoding, and
 every rank checks that all headers agree, so ranks that run different models
-or compressor settings stop with an error instead of mixing gradients. One
-``hvd.allgather`` moves every rank's payload; each rank decodes all of them in
-rank order into the same dense sum, so ranks stay bit-identical.
+or compressor settings stop with an error instead of mixing gradients. Each
+rank decodes every rank's rows in rank order into the same dense sum, so
+ranks stay bit-identical.
+
+Payloads travel in groups, one ``hvd.allgather`` per group. ``compress``
+only queues its payload on the open ``Group`` of the graph it is traced in
+(of eager code, outside any graph) and keeps a ``Ticket``; the first
+``decompress`` that asks for its rows closes the group and gathers all of
+it. Horovod's grouped path (``num_groups=``/``groups=``) compresses every
+tensor of a group before it decompresses any, so all of them share one
+collective; without groups each tensor sits in its own ``tf.cond`` branch
+graph and its group holds it alone. A rank's block is one flat ``uint8``
+tensor: an int32 tag ``-1 - digest`` of every payload's header, the row count
+of each payload, then the payloads' bytes. A receiver walks the blocks in
+rank order: it checks each tag before it reads that block's counts, so
+ranks whose groups differ stop with an error before any offset is trusted.
 
 Horovod's own allreduce then runs on a one-element *marker* of ones. It comes
 back as ``N * prescale * postscale`` for ``Sum`` and ``prescale * postscale``
@@ -19,6 +32,8 @@ asked for (``Average``, ``Sum``, pre/postscale, ``gradient_predivide_factor``).
 The scale is applied to the gathered values before they are summed, so the
 dense result is written once.
 """
+import threading
+import weakref
 import zlib
 from typing import NamedTuple
 
@@ -55,9 +70,11 @@ def row_width(dtype, encoding="native"):
     return INDEX_BYTES + wire_dtype(dtype, encoding).size
 
 
-def payload_bytes(k, dtype, encoding="native"):
-    """Bytes one rank sends for ``k`` elements: rows, header and marker."""
-    return (k + 1) * row_width(dtype, encoding) + MARKER_DTYPE.size
+def payload_bytes(k, dtype, encoding="native", opens_group=False):
+    """Bytes one rank sends for ``k`` elements: rows, header, row count and
+    marker, plus the group's tag for the payload that ``opens_group``."""
+    tag = INDEX_BYTES if opens_group else 0
+    return (k + 1) * row_width(dtype, encoding) + INDEX_BYTES + tag + MARKER_DTYPE.size
 
 
 def _as_bytes(x):
@@ -115,9 +132,106 @@ def decode_sum(gathered, n, dtype, encoding="native", scale=None, mismatch="rank
     return tf.cast(total, dtype)
 
 
-def allgather(encoded):
-    """Every rank's payload, concatenated in rank order."""
-    return hvd.allgather(encoded.payload)
+class Group:
+    """Payloads queued in one graph (or eagerly) until their common allgather."""
+
+    def __init__(self):
+        self.payloads, self.digests, self.whats = [], [], []
+        self.parts = None
+
+    def add(self, payload, header_digest, what):
+        """Queues ``payload``; returns its position in the group."""
+        if self.parts is not None:
+            raise RuntimeError("hvd_gradpart: a payload was queued on a group already gathered")
+        self.payloads.append(payload)
+        self.digests.append(header_digest)
+        self.whats.append(what)
+        return len(self.payloads) - 1
+
+    def rows(self, position):
+        """Every rank's rows of payload ``position`` in rank order; gathers the group once."""
+        if self.parts is None:
+            tag = group_tag(self.digests)
+            everyone = hvd.allgather(pack(self.payloads, tag))
+            self.parts = unpack(everyone, [int(p.shape[1]) for p in self.payloads], tag, self._mismatch())
+        return self.parts[position]
+
+    def _mismatch(self):
+        shown = ", ".join(self.whats[:3]) + (f" and {len(self.whats) - 3} more" if len(self.whats) > 3 else "")
+        return (f"hvd_gradpart: ranks disagree on the {len(self.whats)} gradient(s) exchanged together "
+                f"({shown}): every rank must build the same model and the same compressor settings, "
+                "and group gradients the same way")
+
+
+class Ticket(NamedTuple):
+    """Where a queued payload's gathered rows will come from."""
+
+    group: Group
+    position: int
+
+    def rows(self):
+        """Every rank's rows of this payload (gathers the group on first use)."""
+        return self.group.rows(self.position)
+
+
+_OPEN = weakref.WeakKeyDictionary()
+_EAGER = threading.local()
+
+
+def enqueue(encoded, header_digest, what):
+    """Queues ``encoded`` on the open group of the current graph; returns its ``Ticket``.
+
+    Args:
+        encoded: the payload (``encode``'s result).
+        header_digest: the digest packed in its header row.
+        what: the gradient, as named in a disagreement error.
+    """
+    graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+    group = getattr(_EAGER, "group", None) if graph is None else _OPEN.get(graph)
+    if group is None or group.parts is not None:
+        group = Group()
+        if graph is None:
+            _EAGER.group = group
+        else:
+            _OPEN[graph] = group
+    return Ticket(group, group.add(encoded.payload, header_digest, what))
+
+
+def group_tag(header_digests):
+    """The digest of a group: of every payload's header, in order."""
+    return digest(repr(list(header_digests)))
+
+
+def pack(payloads, tag):
+    """One rank's block: int32 ``-1 - tag`` and each payload's row count, then the payloads' bytes."""
+    counts = tf.stack([tf.shape(p, out_type=tf.int32)[0] for p in payloads])
+    head = tf.concat([tf.constant([-1 - tag], tf.int32), counts], 0)
+    return tf.concat([tf.reshape(_as_bytes(head), [-1])] + [tf.reshape(p, [-1]) for p in payloads], 0)
+
+
+def unpack(everyone, widths, tag, mismatch):
+    """Splits the gathered blocks of every rank; returns each payload's rows from all ranks.
+
+    Raises:
+        tf.errors.InvalidArgumentError: a rank's tag differs (message ``mismatch``),
+            checked before that rank's counts are read.
+    """
+    m, size = len(widths), hvd.size()
+    head_bytes = INDEX_BYTES * (m + 1)
+    start, sizes, checks = tf.constant(0, tf.int32), [], []
+    for _ in range(size):
+        found = _from_bytes(tf.reshape(tf.slice(everyone, [start], [INDEX_BYTES]), [1, INDEX_BYTES]), tf.int32)
+        checks.append(tf.debugging.assert_equal(found, [-1 - tag], message=mismatch))
+        with tf.control_dependencies(checks[-1:]):
+            counts = _from_bytes(tf.reshape(tf.slice(everyone, [start + INDEX_BYTES], [INDEX_BYTES * m]),
+                                            [m, INDEX_BYTES]), tf.int32)
+        lengths = counts * tf.constant(widths, tf.int32)
+        sizes.append(tf.concat([[head_bytes], lengths], 0))
+        start = start + head_bytes + tf.reduce_sum(lengths)
+    with tf.control_dependencies(checks):
+        pieces = tf.split(everyone, tf.concat(sizes, 0), num=size * (m + 1))
+    return [tf.concat([tf.reshape(pieces[r * (m + 1) + 1 + i], [-1, widths[i]]) for r in range(size)], 0)
+            for i in range(m)]
 
 
 def marker():

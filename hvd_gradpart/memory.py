@@ -23,7 +23,7 @@ from hvd_gradpart.metrics import TensorMetrics
 _BRANCH_GRAPHS = ("CondBranchFuncGraph", "WhileCondFuncGraph", "WhileBodyFuncGraph")
 
 
-def _function_graph():
+def function_graph():
     """The graph of the enclosing traced function, or None when eager."""
     if tf.executing_eagerly():
         return None
@@ -63,7 +63,7 @@ class Memory(tf.Module):
 
     def slot_key(self, tensor):
         """The key of the gradient now being compressed (counts the call)."""
-        graph = _function_graph()
+        graph = function_graph()
         if graph is None:
             dims = "x".join(str(d) for d in tensor.shape.as_list()) or "scalar"
             return f"eager/{tensor.dtype.name}/{dims}"

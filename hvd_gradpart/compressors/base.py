@@ -4,11 +4,21 @@ A subclass implements ``select`` (and, when it needs them, ``state_spec``,
 ``accumulate`` and ``after_send``); error feedback, the exchange, the
 marker and the accounting are done here, once, for all methods.
 """
+import logging
+import weakref
+
+import horovod.tensorflow as hvd
 import tensorflow as tf
 from horovod.tensorflow.compression import Compressor
 
 from hvd_gradpart import exchange
-from hvd_gradpart.memory import Memory
+from hvd_gradpart.memory import Memory, function_graph
+
+_LOG = logging.getLogger("hvd_gradpart")
+PER_TENSOR_HINT = (
+    "hvd_gradpart: Horovod hands %s one gradient at a time, so every gradient takes its own "
+    "allgather; pass groups=1 (num_groups=1 in older scripts) to hvd.DistributedGradientTape or "
+    "hvd.DistributedOptimizer and all of a step's gradients travel in one collective")
 
 SPARSE_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 
@@ -33,13 +43,15 @@ class SparseCompressor(Compressor, tf.Module):
     """Error-feedback sparsification behind Horovod's ``Compressor`` API.
 
     Args:
-        min_elements: tensors with fewer elements go through Horovod's dense
-            allreduce untouched (sparsifying them saves nothing).
+        min_elements: tensors with fewer elements are sent whole, untouched
+            (sparsifying them saves nothing): through Horovod's dense allreduce,
+            or, for float dtypes other than float32, in the exchange's allgather.
         value_encoding: "native" sends values in the gradient's dtype,
             "fp16" in float16 (the rounding error stays in the residual).
     """
 
     _defaults = {}
+    _TF_MODULE_IGNORED_PROPERTIES = tf.Module._TF_MODULE_IGNORED_PROPERTIES | {"_alone"}
 
     def __init__(self, min_elements=1024, value_encoding="native"):
         tf.Module.__init__(self, name=type(self).__name__)
@@ -49,6 +61,8 @@ class SparseCompressor(Compressor, tf.Module):
         self.min_elements = min_elements
         self.value_encoding = value_encoding
         self.memory = Memory()
+        self._alone = weakref.WeakKeyDictionary()
+        self._hinted = False
 
     @classmethod
     def instance(cls):
@@ -98,7 +112,7 @@ class SparseCompressor(Compressor, tf.Module):
     def compress(self, tensor):
         """Selects, updates the residual, gathers; returns ``(marker, ctx)``."""
         if not self.sparsifies(tensor):
-            return tensor, None
+            return self._whole(tensor) if _travels_whole(tensor) else (tensor, None)
         slot = self.memory.slot(tensor, self.state_spec())
         n = tensor.shape.num_elements()
         what = f"gradient {slot.key} ({tensor.dtype.name}{tensor.shape})"
@@ -110,28 +124,65 @@ class SparseCompressor(Compressor, tf.Module):
             acc = self.accumulate(slot, grad)
         indices, diagnostics = self.select(acc, grad, slot)
         setting = f"{type(self).__name__}{self.settings()}"
-        encoded = exchange.encode(tf.gather(acc, indices), indices, self.value_encoding,
-                                  exchange.digest(f"{n}/{tensor.dtype.name}/{setting}"))
+        header = exchange.digest(f"{n}/{tensor.dtype.name}/{setting}")
+        encoded = exchange.encode(tf.gather(acc, indices), indices, self.value_encoding, header)
         with tf.control_dependencies([encoded.payload]):
             slot.residual.scatter_nd_sub(indices[:, None], encoded.sent)
         self.after_send(slot, indices)
+        ticket = exchange.enqueue(encoded, header, what)
         k = tf.size(indices)
         slot.metrics.record(
             elements=n, dense_bytes=n * tensor.dtype.size, sent_elements=k,
-            sent_bytes=exchange.payload_bytes(k, tensor.dtype, self.value_encoding), **diagnostics)
+            sent_bytes=exchange.payload_bytes(k, tensor.dtype, self.value_encoding, ticket.position == 0),
+            **diagnostics)
         mismatch = (f"hvd_gradpart: ranks disagree on {what} under {setting}: every rank must build "
                     "the same model and the same compressor settings")
-        return exchange.marker(), (exchange.allgather(encoded), tensor, mismatch)
+        return exchange.marker(), (ticket, tensor, mismatch, self.value_encoding)
+
+    def _whole(self, tensor):
+        """Queues every element of a small float tensor whose dtype is not the marker's."""
+        n = tensor.shape.num_elements()
+        what = f"small gradient ({tensor.dtype.name}{tensor.shape})"
+        header = exchange.digest(f"whole/{n}/{tensor.dtype.name}")
+        encoded = exchange.encode(tf.reshape(tensor, [-1]), tf.range(n), "native", header)
+        mismatch = (f"hvd_gradpart: ranks disagree on {what}: every rank must build the same model "
+                    "and the same compressor settings")
+        return exchange.marker(), (exchange.enqueue(encoded, header, what), tensor, mismatch, "native")
+
+    def _hint_if_alone(self, ticket):
+        """Logs ``PER_TENSOR_HINT`` once (rank 0) when a second gradient of one
+        traced function travels alone: Horovod's per-tensor path."""
+        graph = function_graph()
+        if self._hinted or graph is None or len(ticket.group.payloads) > 1:
+            return
+        self._alone[graph] = self._alone.get(graph, 0) + 1
+        if self._alone[graph] >= 2:
+            self._hinted = True
+            if hvd.rank() == 0:
+                _LOG.warning(PER_TENSOR_HINT, type(self).__name__)
 
     @_OnDefaultInstance
     def decompress(self, tensor, ctx):
         """Decodes the gathered selections, scaled by the reduced marker; dense passes through."""
         if ctx is None:
             return tensor
-        gathered, original, mismatch = ctx
-        total = exchange.decode_sum(gathered, original.shape.num_elements(), original.dtype,
-                                    self.value_encoding, exchange.marker_scale(tensor), mismatch)
+        ticket, original, mismatch, encoding = ctx
+        self._hint_if_alone(ticket)
+        total = exchange.decode_sum(ticket.rows(), original.shape.num_elements(), original.dtype,
+                                    encoding, exchange.marker_scale(tensor), mismatch)
         return tf.reshape(total, original.shape)
+
+
+def _travels_whole(tensor):
+    """Whether a tensor too small to sparsify still goes through the exchange, whole.
+
+    Horovod's grouped allreduce takes one dtype per group and every marker is
+    ``exchange.MARKER_DTYPE``, so a small float tensor of another dtype rides
+    in the group's allgather instead (any dtype mix then groups); small
+    float32 and non-float tensors go through Horovod's allreduce untouched.
+    """
+    return (tensor.dtype in SPARSE_DTYPES and tensor.dtype != exchange.MARKER_DTYPE
+            and tensor.shape.num_elements() is not None)
 
 
 @tf.function(jit_compile=True)
