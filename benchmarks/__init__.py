@@ -17,6 +17,8 @@ Entry points (``python -m benchmarks.<name>``):
     ``cost``: compress + decompress time of GradPart against Top-k, one process.
     ``calibrate``: one compressor's density, ratio and accuracy per epoch, one process.
     ``threshold_variants``: short-run accuracy of GradPart's threshold variants, one process.
+    ``simulate``: W data-parallel workers simulated exactly in one process (method studies:
+    accuracy every quarter epoch, realized density and ratio, over seeds).
 
 Library modules: ``records`` (reading result files, derived figures), ``targets`` (the
 evaluation's targets checked against results), ``scaling`` (the analytic scaling model),

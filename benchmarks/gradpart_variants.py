@@ -1,0 +1,106 @@
+"""GradPart redesigns tried with ``benchmarks.simulate`` and not adopted (figures in
+``benchmarks/results/simulate/summary.md``); kept so those runs can be repeated:
+
+    python -m benchmarks.simulate lenet5 cond=benchmarks.gradpart_variants:Cond --seeds 0
+
+``Cond``: each area's threshold from the fitted GG conditioned on that area, ``exp(h_A) log n_A``.
+``Follow``: the prediction takes the fresh fit's scale whenever it is below the EMA's.
+``CodeCost``: position cost ``1 + log(n_A / k_A)`` nats, ``k_A`` the area's count sent last step.
+``KeyFavor``: the key-area threshold times the key area's share of the tensor.
+"""
+import tensorflow as tf
+
+from hvd_gradpart import entropy, partition, stats
+from hvd_gradpart.compressors.gradpart import GradPartCompressor
+
+_PLAN = GradPartCompressor.plan.python_function
+
+
+def conditional_powers(fit):
+    """``exp(h_K), exp(h_S)``: entropy powers of GG(mu, alpha, beta) conditioned on the key area
+    ``|x - mu| > alpha (1/beta)^(1/beta)`` and on the sparse area inside it.
+
+    With ``k = 1/beta``, ``u = (edge/alpha)^beta = k`` and ``Y = (|X - mu|/alpha)^beta ~ Gamma(k)``:
+    ``h_K = log(2 alpha Gamma(k) / beta) + k Q(k+1, u) / Q(k, u) + log Q(k, u)``, and the same with
+    the lower regularized gamma P for the sparse area (``E[Y | Y > u] = k Q(k+1, u) / Q(k, u)``).
+    """
+    k = 1 / fit.beta
+    base = tf.math.log(2 * fit.alpha) + tf.math.lgamma(k) - tf.math.log(fit.beta)
+    h_key = base + k * tf.math.igammac(k + 1, k) / tf.math.igammac(k, k) + tf.math.log(tf.math.igammac(k, k))
+    h_sparse = base + k * tf.math.igamma(k + 1, k) / tf.math.igamma(k, k) + tf.math.log(tf.math.igamma(k, k))
+    return tf.exp(h_key), tf.exp(h_sparse)
+
+
+class Cond(GradPartCompressor):
+    """Per-area conditional entropy power times the area's position cost."""
+
+    @tf.function(jit_compile=True)
+    def plan(self, sample, previous, steps, n):
+        fit, key_size, edge, _, _ = _PLAN(self, sample, previous, steps, n)
+        power_key, power_sparse = conditional_powers(fit)
+        return (fit, key_size, edge, power_key * entropy.position_cost(key_size),
+                power_sparse * entropy.position_cost(n - key_size))
+
+
+class Follow(GradPartCompressor):
+    """The predicted scale never lags a falling one: min(EMA, fresh) of log sigma."""
+
+    @tf.function(jit_compile=True)
+    def plan(self, sample, previous, steps, n):
+        nonzero = tf.not_equal(sample, 0)
+        current = stats.fit(sample, weights=nonzero)
+        fit = stats.predict(previous._replace(family=current.family), current, steps, self.prediction_decay)
+        log_sigma = lambda f: tf.math.log(f.alpha) + stats.log_sigma_over_alpha(f.beta)
+        fresh_alpha = tf.exp(log_sigma(current) - stats.log_sigma_over_alpha(fit.beta))
+        alpha = tf.where(log_sigma(current) < log_sigma(fit), fresh_alpha, fit.alpha)
+        fit = stats.Fit(fit.mu, alpha, fit.beta, fit.family)
+        empty = tf.logical_not(tf.reduce_any(nonzero))
+        fit = stats.Fit(*(tf.where(empty, p, f) for p, f in zip(previous[:3], fit[:3])), fit.family)
+        key_size, sparse_size = partition.area_sizes(sample, fit, n)
+        return (fit, key_size, partition.boundary(fit), self.area_threshold(fit, key_size),
+                self.area_threshold(fit, sparse_size))
+
+
+class CodeCost(GradPartCompressor):
+    """Position cost of an actual code for k of n_A positions, per element: 1 + log(n_A / k)."""
+
+    def state_spec(self):
+        zero = lambda n, dtype: tf.constant(0.0, tf.float64)
+        return {**super().state_spec(), "sent_key": zero, "sent_sparse": zero}
+
+    @tf.function(jit_compile=True)
+    def plan_with_counts(self, sample, previous, steps, n, sent_key, sent_sparse):
+        fit, key_size, edge, _, _ = _PLAN(self, sample, previous, steps, n)
+        cost = lambda size, k: 1 + tf.math.log(tf.maximum(tf.cast(size, tf.float64), 1.0) / tf.maximum(k, 1.0))
+        power = tf.exp(entropy.entropy(fit))
+        return fit, key_size, edge, power * cost(key_size, sent_key), power * cost(n - key_size, sent_sparse)
+
+    def select(self, acc, grad, slot):
+        s = slot.state
+        previous = stats.Fit(s["mu"].read_value(), s["alpha"].read_value(), s["beta"].read_value(),
+                             tf.constant(stats.GAUSSIAN))
+        fit, key_size, edge, tau_key, tau_sparse = self.plan_with_counts(
+            stats.strided_sample(grad, self.sample_size), previous, s["steps"].read_value(),
+            grad.shape.num_elements(), s["sent_key"].read_value(), s["sent_sparse"].read_value())
+        for name in ("mu", "alpha", "beta"):
+            s[name].assign(getattr(fit, name))
+        s["steps"].assign_add(tf.constant(1.0, tf.float64))
+        as_grad = lambda x: tf.cast(x, grad.dtype)
+        mask = partition.select_mask(acc, grad, as_grad(fit.mu), as_grad(edge), as_grad(tau_key),
+                                     as_grad(tau_sparse))
+        indices = self.guard(acc, tf.cast(tf.where(mask)[:, 0], tf.int32))
+        in_key = tf.gather(tf.abs(grad - as_grad(fit.mu)) > as_grad(edge), indices)
+        sent_key = tf.reduce_sum(tf.cast(in_key, tf.float64))
+        s["sent_key"].assign(sent_key)
+        s["sent_sparse"].assign(tf.cast(tf.size(indices), tf.float64) - sent_key)
+        return indices, {"family": fit.family, "mu": fit.mu, "alpha": fit.alpha, "beta": fit.beta,
+                         "key_size": key_size, "tau_key": tau_key, "tau_sparse": tau_sparse}
+
+
+class KeyFavor(GradPartCompressor):
+    """The key-area threshold times the key share ``n_key / n`` (about 0.2 to 0.45)."""
+
+    @tf.function(jit_compile=True)
+    def plan(self, sample, previous, steps, n):
+        fit, key_size, edge, tau_key, tau_sparse = _PLAN(self, sample, previous, steps, n)
+        return fit, key_size, edge, tau_key * tf.cast(key_size, tf.float64) / n, tau_sparse

@@ -1,0 +1,279 @@
+"""Data-parallel training of W workers simulated exactly in one process, for method studies.
+
+    python -m benchmarks.simulate MODEL [--epochs 3] [--seeds 0,1,2] [--workers 2]
+        [--out FILE.jsonl] [--trace FILE.jsonl --trace-steps 50] RUN...
+    python -m benchmarks.simulate --summarize FILE.jsonl
+    python -m benchmarks.simulate --summarize-trace TRACE.jsonl
+
+RUN is ``NAME=COMPRESSOR[,KEY=VALUE...]`` as in ``benchmarks/convergence.sh``
+(``gradpart=gradpart``, ``no-partition=gradpart,partition=false``); COMPRESSOR is a
+registry name or ``module:Class`` (a subclass under study). Every run trains on mnist5k
+with what ``scripts/train.py`` uses: the dataset and model seeded by the seed, shard
+``x[w::W]`` per worker, batch 32 per worker in the order ``data.batches`` gives, SGD with
+momentum 0.9 (0 for dgc) at 0.01 x W, BatchNorm recalibrated on 20 training batches before
+each evaluation. Test accuracy is evaluated every quarter epoch (not timed), with the
+realized density (elements sent / elements handled, sparsified tensors) and compression
+ratio (dense bytes / bytes sent, as the compressor counts them) over the quarter and over
+the run so far; one JSON record per evaluation goes to ``--out``.
+
+Why it is faithful: on W ranks each rank computes its shard's gradient, its own compressor
+instance (its own residuals and predictions) selects, every selection is allgathered and
+each rank decodes the same sum scaled by ``marker / W``, the marker being Horovod's
+allreduce (Average) of ones, i.e. 1. Here worker w has its own compressor instance, and
+``compress``/``decompress`` are called directly after ``hvd.init()`` in one process, where
+the allgather is the identity, so each instance's ``decompress`` returns that worker's own
+selection times the marker it is handed over ``hvd.size() = 1``; handing it ``1 / W``
+gives the selection times ``1 / W``, and the sum over workers is what every rank
+applies. Tensors the compressor leaves dense come back untouched and are averaged
+directly, as Horovod's allreduce would. One optimizer applies the result: the ranks'
+optimizers are bit-identical copies. What is not simulated: wall-clock time on a link
+(``--out``'s ``train_s`` is this process's compute) and fp rounding order of a real
+allreduce.
+
+``--trace`` writes, for the first ``--trace-steps`` steps, worker 0's per-tensor state
+each step: the predicted fit's entropy power ``exp(h)`` against the fresh gradient's own
+fit, both thresholds, the key-area size and the elements sent.
+"""
+import argparse
+import collections
+import importlib
+import json
+import math
+import os
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import horovod.tensorflow as hvd  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from hvd_gradpart import entropy, get_compressor, snapshot, stats, training  # noqa: E402
+from hvd_gradpart.compressors.base import SparseCompressor  # noqa: E402
+from hvd_gradpart.data import batches, load_dataset, shard  # noqa: E402
+from hvd_gradpart.models import build_model  # noqa: E402
+
+BATCH, LR, BN_BATCHES, EVALS_PER_EPOCH = 32, 0.01, 20, 4
+
+
+def parse_run(text):
+    """``NAME=COMPRESSOR[,KEY=VALUE...]`` -> ``(name, compressor, options)``."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected NAME=COMPRESSOR[,KEY=VALUE...], got {text!r}")
+    name, spec = text.split("=", 1)
+    compressor, *pairs = spec.split(",")
+    options = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise argparse.ArgumentTypeError(f"{name}: expected KEY=VALUE, got {pair!r}")
+        key, value = pair.split("=", 1)
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return name, compressor, options
+
+
+def make_compressor(name, options):
+    """A registry compressor, or ``module:Class`` instantiated with ``options``."""
+    if ":" not in name:
+        return get_compressor(name, **options)
+    module, cls = name.split(":", 1)
+    return getattr(importlib.import_module(module), cls)(**options)
+
+
+def make_step(model, optimizer, compressors, workers):
+    """One compiled step of ``workers`` simulated ranks; returns (mean loss, worker 0's gradients)."""
+    sparse = compressors and isinstance(compressors[0], SparseCompressor)
+    weights = model.trainable_variables
+
+    @tf.function
+    def step(xs, ys):
+        losses, grads = [], []
+        for w in range(workers):
+            with tf.GradientTape() as tape:
+                loss = training.LOSS(ys[w], model(xs[w], training=True))
+            losses.append(loss)
+            grads.append(tape.gradient(loss, weights))
+        if sparse:
+            queued = [[c.compress(g) for g in gs] for c, gs in zip(compressors, grads)]
+            scale = tf.fill([1], tf.constant(1.0 / workers, tf.float32))  # the marker over hvd.size() = 1
+            averaged = []
+            for j, g in enumerate(grads[0]):
+                if queued[0][j][1] is None:  # left dense: Horovod's allreduce averages it
+                    averaged.append(tf.add_n([gs[j] for gs in grads]) / workers)
+                else:
+                    averaged.append(tf.add_n([c.decompress(scale, q[j][1])
+                                              for c, q in zip(compressors, queued)]))
+        else:
+            averaged = [tf.add_n(list(parts)) / workers for parts in zip(*grads)]
+        optimizer.apply_gradients(zip(averaged, weights))
+        return tf.add_n(losses) / workers, grads[0]
+
+    return step
+
+
+class Counter:
+    """Elements and bytes every worker's compressor handled and sent, summed."""
+
+    def __init__(self, compressors):
+        self.compressors = [c for c in compressors if isinstance(c, SparseCompressor)]
+        self.elements = self.sent = 0.0
+
+    def after_step(self):
+        for c in self.compressors:
+            for v in snapshot(c).values():
+                self.elements += v["elements"]
+                self.sent += v["sent_elements"]
+
+    def totals(self):
+        """``(elements, sent elements, dense bytes, sent bytes)`` so far."""
+        rows = [v for c in self.compressors for v in snapshot(c).values()]
+        return (self.elements, self.sent, sum(r["total_dense_bytes"] for r in rows),
+                sum(r["total_sent_bytes"] for r in rows))
+
+
+def trace_rows(compressor, grads, step):
+    """Worker 0's per-tensor state at ``step`` (predicted vs fresh fit, thresholds)."""
+    rows = []
+    sparse = [g for g in grads if compressor.sparsifies(g)]
+    for (key, v), g in zip(snapshot(compressor).items(), sparse):
+        sample = stats.strided_sample(tf.reshape(tf.cast(g, tf.float64), [-1]), 4096)
+        fresh = stats.fit(sample, weights=tf.not_equal(sample, 0))
+        predicted = stats.Fit(*(tf.constant(v[k], tf.float64) for k in ("mu", "alpha", "beta")),
+                              tf.constant(0))
+        rows.append({"step": step, "tensor": key, "elements": v["elements"],
+                     "density": v["sent_elements"] / v["elements"], "key_size": v.get("key_size"),
+                     "tau_key": v.get("tau_key"), "tau_sparse": v.get("tau_sparse"),
+                     "power_pred": float(tf.exp(entropy.entropy(predicted))),
+                     "power_fresh": float(tf.exp(entropy.entropy(fresh))),
+                     "beta_pred": v["beta"], "beta_fresh": float(fresh.beta),
+                     "std_fresh": float(tf.math.reduce_std(tf.cast(g, tf.float64))),
+                     "abs_max_fresh": float(tf.reduce_max(tf.abs(g)))})
+    return rows
+
+
+def run_one(model_name, name, compressor_name, options, seed, epochs, workers, out, trace, trace_steps):
+    """Trains one run; writes one record per quarter epoch to ``out`` (and the trace)."""
+    data = load_dataset("mnist5k", seed=seed)
+    tf.keras.utils.set_random_seed(seed)
+    model = build_model(model_name, data.x_train.shape[1:], data.num_classes, seed=seed)
+    optimizer = tf.keras.optimizers.SGD(LR * workers, momentum=0.0 if compressor_name == "dgc" else 0.9)
+    compressors = [make_compressor(compressor_name, options) for _ in range(workers)]
+    step = make_step(model, optimizer, compressors, workers)
+    counter = Counter(compressors)
+    shards = [shard(data.x_train, data.y_train, w, workers) for w in range(workers)]
+    per_epoch = len(shards[0][0]) // BATCH
+    evals = {round(per_epoch * q / EVALS_PER_EPOCH) for q in range(1, EVALS_PER_EPOCH + 1)}
+    steps, train_s, last = 0, 0.0, (0.0, 0.0, 0.0, 0.0)
+    for epoch in range(epochs):
+        streams = [batches(x, y, BATCH, seed, epoch) for x, y in shards]
+        for i, pairs in enumerate(zip(*streams), 1):
+            start = time.perf_counter()
+            loss, grads = step(tf.stack([p[0] for p in pairs]), tf.stack([p[1] for p in pairs]))
+            float(loss)
+            train_s += time.perf_counter() - start
+            counter.after_step()
+            steps += 1
+            if trace and steps <= trace_steps and counter.compressors:
+                with open(trace, "a") as f:
+                    for row in trace_rows(compressors[0], grads, steps):
+                        f.write(json.dumps({"model": model_name, "run": name, "seed": seed, **row}) + "\n")
+            if i not in evals:
+                continue
+            training.recalibrate_batchnorm(model, data.x_train, BATCH, BN_BATCHES)
+            test_loss, test_acc = training.evaluate(model, data.x_test, data.y_test)
+            now = counter.totals()
+            delta = [a - b for a, b in zip(now, last)]
+            last = now
+            record = {"model": model_name, "run": name, "compressor": compressor_name, "options": options,
+                      "seed": seed, "workers": workers, "epoch": round(epoch + i / per_epoch, 3),
+                      "step": steps, "test_acc": test_acc, "test_loss": test_loss, "train_s": train_s,
+                      "density": _ratio(delta[1], delta[0]), "density_total": _ratio(now[1], now[0]),
+                      "ratio": _ratio(delta[2], delta[3]), "ratio_total": _ratio(now[2], now[3])}
+            print(f"{model_name} {name} seed {seed} epoch {record['epoch']:.2f} acc {test_acc:.4f} "
+                  f"density {record['density'] or 1.0:.2e} ratio {record['ratio_total'] or 1.0:.0f}",
+                  flush=True)
+            if out:
+                with open(out, "a") as f:
+                    f.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def _ratio(a, b):
+    return a / b if b else None
+
+
+def summarize(path):
+    """Markdown table: per model and run, test accuracy mean +- half range over seeds at each
+    evaluation, and the realized ratio and density over the whole run."""
+    groups = collections.defaultdict(lambda: collections.defaultdict(list))
+    for line in open(path):
+        r = json.loads(line)
+        groups[(r["model"], r["run"])][r["epoch"]].append(r)
+    points = sorted({e for g in groups.values() for e in g})
+    print("| model | run | seeds | " + " | ".join(f"ep {e:g}" for e in points) + " | ratio | density |")
+    print("|---|---|---|" + "---|" * (len(points) + 2))
+    for (model, run), by_epoch in sorted(groups.items()):
+        cells = []
+        for e in points:
+            accs = [r["test_acc"] for r in by_epoch.get(e, [])]
+            cells.append(f"{statistics.mean(accs):.3f}±{(max(accs) - min(accs)) / 2:.3f}" if accs else "–")
+        final = by_epoch[max(by_epoch)]
+        ratio = [r["ratio_total"] for r in final if r["ratio_total"]]
+        density = [r["density_total"] for r in final if r["density_total"]]
+        print(f"| {model} | {run} | {len(final)} | " + " | ".join(cells) +
+              f" | {statistics.mean(ratio):.0f} | {statistics.mean(density):.2e} |" if ratio else
+              f"| {model} | {run} | {len(final)} | " + " | ".join(cells) + " | 1 | – |")
+
+
+def summarize_trace(path, steps=(1, 2, 5, 10, 15, 20, 25, 30, 40, 50)):
+    """Markdown table of a ``--trace`` file: per tensor and chosen step, the density, the
+    predicted over the fresh entropy power, the sparse threshold in fresh standard
+    deviations, both thresholds' ratio and the key area's share."""
+    print("| model | tensor | elements | step | density | exp(h) predicted / fresh | tau_sparse / fresh sd "
+          "| tau_key / tau_sparse | key share |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for line in open(path):
+        r = json.loads(line)
+        if r["step"] in steps:
+            print(f"| {r['model']} | {r['tensor'].split('/')[-1]} | {r['elements']:.0f} | {r['step']} "
+                  f"| {r['density']:.1e} | {r['power_pred'] / r['power_fresh']:.2f} "
+                  f"| {r['tau_sparse'] / r['std_fresh']:.1f} | {r['tau_key'] / r['tau_sparse']:.3f} "
+                  f"| {r['key_size'] / r['elements']:.2f} |")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", nargs="?")
+    p.add_argument("runs", nargs="*", type=parse_run)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--out", help="JSONL file to append one record per evaluation to")
+    p.add_argument("--trace", help="JSONL file for worker 0's per-tensor state in the first steps")
+    p.add_argument("--trace-steps", type=int, default=50)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--summarize", metavar="FILE", help="print the table of a --out file and exit")
+    p.add_argument("--summarize-trace", metavar="FILE", help="print the table of a --trace file and exit")
+    args = p.parse_args(argv)
+    if args.summarize:
+        return summarize(args.summarize)
+    if args.summarize_trace:
+        return summarize_trace(args.summarize_trace)
+    if not args.model or not args.runs:
+        p.error("give MODEL and at least one RUN (or --summarize FILE)")
+    if args.workers < 1 or args.epochs < 1:
+        p.error("--workers and --epochs must be >= 1")
+    training.limit_threads(args.threads)
+    hvd.init()
+    if hvd.size() != 1:
+        p.error("run in one process (no horovodrun): the workers are simulated")
+    for seed in (int(s) for s in args.seeds.split(",")):
+        for name, compressor, options in args.runs:
+            run_one(args.model, name, compressor, options, seed, args.epochs, args.workers,
+                    args.out, args.trace, args.trace_steps)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""benchmarks/simulate.py: run specs, and that W simulated workers apply the average of their
+compressors' selections (the marker handed to ``decompress`` scales each by 1/W)."""
+import horovod.tensorflow as hvd
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from benchmarks import simulate
+from hvd_gradpart import TopKCompressor
+
+hvd.init()
+
+
+def test_parse_run():
+    assert simulate.parse_run("fixed=gradpart,entropy=false,fixed_density=0.001") == (
+        "fixed", "gradpart", {"entropy": False, "fixed_density": 0.001})
+    assert simulate.parse_run("t=topk,value_encoding=fp16") == ("t", "topk", {"value_encoding": "fp16"})
+    with pytest.raises(Exception, match="NAME=COMPRESSOR"):
+        simulate.parse_run("gradpart")
+    with pytest.raises(Exception, match="KEY=VALUE"):
+        simulate.parse_run("g=gradpart,fit")
+
+
+def _one_step(compressors, workers=2):
+    """Weights after one plain-SGD step (rate 1) of a tiny model from fixed weights."""
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(200)])
+    before = [v.numpy() for v in model.trainable_variables]
+    step = simulate.make_step(model, tf.keras.optimizers.SGD(1.0), compressors, workers)
+    rng = np.random.default_rng(1)
+    xs = tf.constant(rng.normal(size=(workers, 4, 8)), tf.float32)
+    ys = tf.constant(rng.integers(0, 10, size=(workers, 4)), tf.int32)
+    step(xs, ys)
+    return [b - v.numpy() for b, v in zip(before, model.trainable_variables)]
+
+
+def test_workers_apply_the_average_of_their_selections():
+    dense = _one_step([])
+    # ratio 1 sends every element: the sum of the decompressed selections must be the average.
+    sparse = _one_step([TopKCompressor(ratio=1.0, min_elements=0) for _ in range(2)])
+    for d, s in zip(dense, sparse):
+        np.testing.assert_allclose(s, d, rtol=1e-5, atol=1e-7)
+        assert np.abs(d).max() > 0
