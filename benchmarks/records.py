@@ -20,12 +20,16 @@ def read_jsonl(path):
 
 
 def load_runs(folder):
-    """``{model: {run name: per-epoch records}}`` from ``folder/<model>/<run>.jsonl``."""
+    """``{model: {run name: per-epoch records}}`` from ``folder/<model>/<run>.jsonl``.
+
+    train.py also writes a record at each evaluation within an epoch; only those closing an
+    epoch (``epoch_end``, absent from older files) are kept here.
+    """
     runs = {}
     for path in sorted(Path(folder).glob("*/*.jsonl")):
         if path.name.endswith(".tensors.jsonl"):
             continue
-        records = read_jsonl(path)
+        records = [r for r in read_jsonl(path) if r.get("epoch_end", True)]
         if records:
             runs.setdefault(path.parent.name, {})[path.stem] = records
     return runs

@@ -65,6 +65,14 @@ def test_seed_gaps_decide_the_accuracy_target_over_a_single_run():
     assert lines[0]["measured"].startswith("-0.60 pp, mean of 3 seeds after 10 epochs")
 
 
+def test_runs_keep_the_records_closing_an_epoch(tmp_path):
+    (tmp_path / "lenet5").mkdir()
+    mid = {**GRADPART[0], "epoch": 0.5, "epoch_end": False}
+    ends = [{**r, "epoch_end": True} for r in GRADPART]
+    (tmp_path / "lenet5" / "gradpart.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [mid, *ends]))
+    assert br.load_runs(tmp_path) == {"lenet5": {"gradpart": ends}}
+
+
 def test_markdown_dashes_missing_values():
     md = br.markdown([{"a": 1.5, "b": math.nan}], [("A", "a", ".1f"), ("B", "b", ".1f"), ("C", "c", "")])
     assert md.splitlines()[-1] == "| 1.5 | – | – |"
