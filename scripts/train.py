@@ -123,6 +123,11 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    for flag, path in (("--jsonl", args.jsonl), ("--tensor-jsonl", args.tensor_jsonl),
+                       ("--steps-jsonl", args.steps_jsonl)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            sys.exit(f"train.py: error: {flag} {path}: no folder {os.path.dirname(os.path.abspath(path))}; "
+                     "create it first (a relative path is taken from the working folder of each rank)")
     training.limit_threads(args.threads)
     try:
         data = load_dataset(args.dataset, data_dir=args.data_dir, seed=args.seed)

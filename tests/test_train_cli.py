@@ -66,6 +66,12 @@ def test_missing_data_file_names_the_path(tmp_path):
     assert len(lines) == 1 and "nowhere" in lines[0] and "idx" in lines[0].lower()
 
 
+def test_log_in_a_missing_folder_is_refused_before_training(tmp_path):
+    done = run("--jsonl", str(tmp_path / "nowhere" / "run.jsonl"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "--jsonl" in done.stderr and "no folder" in done.stderr and "nowhere" in done.stderr
+
+
 def test_bad_compressor_option_is_reported_as_such():
     done = run("--compressor", "topk", "--compressor-option", "ratio=5")
     assert done.returncode == 1
