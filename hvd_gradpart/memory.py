@@ -12,9 +12,20 @@ by dtype and shape, so same-shaped eager tensors share one residual.
 Slot variables are created once, outside the graph (``tf.init_scope``), and
 are tracked, so ``tf.train.Checkpoint(compressor=...)`` saves and restores
 them, also when the restore comes before the first step.
+
+A compressor may also be built inside the traced function (as Horovod's
+synthetic benchmark builds its compression). Each trace then calls the
+constructor again, and a fresh instance would need fresh variables, which
+``tf.function`` forbids after its first trace. ``SharedWhileTracing`` makes
+the k-th construction with the same class and arguments in any trace of one
+``tf.function`` return the instance the first trace built, so every trace
+finds the same slots.
 """
 import re
+import sys
 import weakref
+
+from tensorflow.python.eager.polymorphic_function.polymorphic_function import Function
 
 import tensorflow as tf
 
@@ -31,6 +42,40 @@ def function_graph():
     while type(graph).__name__ in _BRANCH_GRAPHS:
         graph = graph.outer_graph
     return graph
+
+
+def tracing_function():
+    """The innermost ``tf.function`` now being traced, or None."""
+    if tf.executing_eagerly():
+        return None
+    frame = sys._getframe(1)
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, Function):
+            return owner
+        frame = frame.f_back
+    return None
+
+
+class SharedWhileTracing(type):
+    """Metaclass: constructions inside a traced ``tf.function`` are shared
+    across its traces (see the module doc)."""
+
+    _shared = weakref.WeakKeyDictionary()  # Function -> {(class, arguments): [instances]}
+    _made = weakref.WeakKeyDictionary()  # trace graph -> {(class, arguments): constructions so far}
+
+    def __call__(cls, *args, **kwargs):
+        owner = tracing_function()
+        if owner is None:
+            return super().__call__(*args, **kwargs)
+        key = (cls, repr(args), repr(sorted(kwargs.items())))
+        made = SharedWhileTracing._made.setdefault(function_graph(), {})
+        k = made.get(key, 0)
+        instances = SharedWhileTracing._shared.setdefault(owner, {}).setdefault(key, [])
+        if len(instances) <= k:
+            instances.append(super().__call__(*args, **kwargs))
+        made[key] = k + 1
+        return instances[k]
 
 
 def _clean(name):

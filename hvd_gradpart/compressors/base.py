@@ -12,7 +12,7 @@ import tensorflow as tf
 from horovod.tensorflow.compression import Compressor
 
 from hvd_gradpart import exchange
-from hvd_gradpart.memory import Memory, function_graph
+from hvd_gradpart.memory import Memory, SharedWhileTracing, function_graph
 
 _LOG = logging.getLogger("hvd_gradpart")
 PER_TENSOR_HINT = (
@@ -39,7 +39,7 @@ class _OnDefaultInstance:
         return self.fn.__get__(cls.instance() if obj is None else obj, cls)
 
 
-class SparseCompressor(Compressor, tf.Module):
+class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
     """Error-feedback sparsification behind Horovod's ``Compressor`` API.
 
     Args:
