@@ -1,8 +1,11 @@
-"""Shared test set-up: one TF thread pair per process, and a launcher for
-scripts that must run under ``horovodrun`` with several ranks."""
+"""Shared test set-up: one TF thread pair per process, a launcher for
+scripts that must run under ``horovodrun`` with several ranks, and the
+cluster lock that every module marked ``cluster`` holds while it runs."""
+import fcntl
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -18,8 +21,63 @@ tf.config.threading.set_inter_op_parallelism_threads(1)
 PARALLEL = Path(__file__).parent / "parallel"
 
 
+# The lock every user of the edge cluster takes (benchmarks/suite.sh, `flock ... <command>`): a
+# script that finds the cluster up reuses it and takes it down when it ends, which cuts the link
+# under a test's running ranks (Gloo then fails with "Timed out waiting 30000ms for recv").
+CLUSTER_LOCK = Path("/tmp/hvd_gradpart_cluster.lock")
+CLUSTER_LOCK_WAIT_S = 1800
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "cluster: needs root and network namespaces (the edge cluster)")
+
+
+def _lock_holders(fd):
+    """Pids holding a flock on the file open as ``fd`` (from /proc/locks)."""
+    inode = os.fstat(fd).st_ino
+    holders = set()
+    for fields in (line.split() for line in Path("/proc/locks").read_text().splitlines()):
+        if len(fields) > 5 and fields[1] == "FLOCK" and int(fields[5].rsplit(":", 1)[1]) == inode:
+            holders.add(int(fields[4]))
+    return holders
+
+
+def _ancestors():
+    pids, pid = set(), os.getpid()
+    while pid > 1:
+        pids.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return pids
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster_lock(request):
+    """Holds the cluster lock through each module marked ``cluster`` (as it is when pytest itself
+    runs under ``flock``); modules without the mark take nothing."""
+    if request.node.get_closest_marker("cluster") is None:
+        yield
+        return
+    fd = os.open(CLUSTER_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        if _lock_holders(fd) & _ancestors():
+            yield
+            return
+        deadline = time.time() + CLUSTER_LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.time() > deadline:
+                    pytest.fail(f"{CLUSTER_LOCK} still held after {CLUSTER_LOCK_WAIT_S}s "
+                                f"(pids {sorted(_lock_holders(fd))}): the edge cluster is in use")
+                time.sleep(2)
+        yield
+    finally:
+        os.close(fd)
 HOROVODRUN = Path(sys.executable).with_name("horovodrun")
 
 
