@@ -1,43 +1,65 @@
 #!/usr/bin/env bash
-# The main job: LeNet-5 on the embedded MNIST digits, GradPart against no compression,
+# The main job: wall-clock time to accuracy of GradPart against no compression and Top-k (1 %),
 # on two edge nodes joined by a 100 Mbit/s link (localhost when namespaces are not allowed).
+# Every launch's full output goes to a log under $OUT; the screen gets the demo's own lines,
+# the summary table and, when a step fails, the tail of its log.
+#   MODEL=mlp EPOCHS=3 METHODS="none gradpart topk" RATE=100mbit OUT=results/demo bash scripts/demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TF_CPP_MIN_LOG_LEVEL=2
 PY="$PWD/.venv/bin/python"
 OUT=${OUT:-results/demo}
-EPOCHS=${EPOCHS:-5}
+MODEL=${MODEL:-mlp}
+EPOCHS=${EPOCHS:-3}
+METHODS=${METHODS:-none gradpart topk}
 RATE=${RATE:-100mbit}
 mkdir -p "$OUT"
-rm -f "$OUT"/*.jsonl "$OUT"/linkprobe.json
+out=$(cd "$OUT" && pwd)  # the ranks' working folder is not this one
+rm -f "$OUT"/*.jsonl "$OUT"/*.log "$OUT"/linkprobe.json "$OUT"/demo.png "$OUT"/demo.md
+begin=$SECONDS
 
-started_cluster=0
+say() { echo "demo: $*"; }
+failed() {  # LOG WHAT: the step's failure, its first error lines and the end of its log, then exit 1
+  echo "demo: $2 failed; from $1:" >&2
+  { grep -m 6 -E 'Error|error:' "$1" || true; echo "    ..."; tail -n 4 "$1"; } | sed 's/^/    /' >&2
+  exit 1
+}
+
 status=0
-bash scripts/edge_cluster.sh up --rate "$RATE" || status=$?
+bash scripts/edge_cluster.sh up --rate "$RATE" >"$OUT/cluster.log" 2>&1 || status=$?
 if [ "$status" = 0 ]; then
-  started_cluster=1
-  trap 'bash scripts/edge_cluster.sh down' EXIT
+  trap 'bash scripts/edge_cluster.sh down >>"$OUT/cluster.log" 2>&1' EXIT
   hosts=(-hostfile hostfiles/edge)
-  where="two edge nodes (edge-a, edge-b) over a $RATE link"
+  where="2 edge nodes over a $RATE link"
+  say "edge cluster up: nodes edge-a and edge-b in their own network namespaces, linked at $RATE"
 elif [ "$status" = 3 ]; then
-  echo "demo: network namespaces are not available here; running both ranks on localhost instead" >&2
+  say "network namespaces are not available here ($(tail -n 1 "$OUT/cluster.log")); both ranks run on localhost, without a shaped link" >&2
   hosts=(-H localhost:2)
-  where="localhost (no shaped link)"
+  where="2 ranks on localhost (no shaped link)"
 else
-  echo "demo: the edge cluster could not be built (edge_cluster.sh exit $status, see above); stopping" >&2
-  exit "$status"
+  failed "$OUT/cluster.log" "building the edge cluster (scripts/edge_cluster.sh exit $status)"
 fi
 
-if [ "$started_cluster" = 1 ]; then
+if [ "$status" = 0 ]; then
   .venv/bin/horovodrun -np 2 "${hosts[@]}" --mpi "$PY" "$PWD/scripts/linkprobe.py" \
-    --out "$PWD/$OUT/linkprobe.json" 2>&1 | grep -o 'link 0<->.*' \
-    || echo "demo: link probe failed (mpi4py over the cluster); continuing" >&2
+    --out "$out/linkprobe.json" >"$OUT/linkprobe.log" 2>&1 \
+    || say "the link probe failed (mpi4py over the cluster; see $OUT/linkprobe.log); going on without it"
 fi
-for method in none gradpart; do
-  echo "demo: training lenet5 on mnist5k with --compressor $method on $where"
+for method in $METHODS; do
+  log="$OUT/$method.log"
+  say "training $MODEL on mnist5k, $EPOCHS epochs, --compressor $method (output: $log) ..."
+  started=$SECONDS
   "$PY" scripts/launch.py -np 2 "${hosts[@]}" --gloo --disable-cache \
-    "$PY" "$PWD/scripts/train.py" --model lenet5 --dataset mnist5k --compressor "$method" \
-    --epochs "$EPOCHS" --jsonl "$PWD/$OUT/$method.jsonl"
+    "$PY" "$PWD/scripts/train.py" --model "$MODEL" --dataset mnist5k --compressor "$method" \
+    --epochs "$EPOCHS" --eval-every 0.25 --jsonl "$out/$method.jsonl" >"$log" 2>&1 \
+    || failed "$log" "training with --compressor $method"
+  say "  $method done in $((SECONDS - started)) s (launch, set-up and evaluations included)"
 done
-"$PY" scripts/summarize.py --title "LeNet-5 on mnist5k, 2 ranks, $where" \
-  --plot "$OUT/demo.png" --markdown "$OUT/demo.md" --probe "$OUT/linkprobe.json" "$OUT"/none.jsonl "$OUT"/gradpart.jsonl
+echo
+jsonls=()
+for method in $METHODS; do jsonls+=("$OUT/$method.jsonl"); done
+"$PY" scripts/summarize.py --title "Time to accuracy: $MODEL on mnist5k, $where" \
+  --plot "$OUT/demo.png" --markdown "$OUT/demo.md" --probe "$OUT/linkprobe.json" "${jsonls[@]}" \
+  2>"$OUT/summarize.log" || failed "$OUT/summarize.log" "the summary"
+echo
+say "plot $OUT/demo.png, this summary $OUT/demo.md, full logs $OUT/*.log; $((SECONDS - begin)) s in all"

@@ -1,6 +1,13 @@
-"""Tables and plots from train.py's JSONL logs.
+"""Time to accuracy per method, from train.py's JSONL logs: a table, a headline and a plot.
 
-    python scripts/summarize.py --plot out.png --markdown out.md run1.jsonl run2.jsonl
+    python scripts/summarize.py --plot out.png --markdown out.md none.jsonl gradpart.jsonl topk.jsonl
+
+The first log is the reference (no compression): the targets are 95 % and 99 % of its final
+test accuracy. For every run the table gives the training seconds (evaluation excluded) and the
+steps at its first evaluation at or above each target (``hvd_gradpart/progress.py``), its final
+accuracy, its compression ratio (the compressor's own byte accounting) and the bytes that crossed
+rank 0's node link. The plot draws test accuracy against training seconds and against steps, every
+run on the same axes, with the targets as dashed lines.
 """
 import argparse
 import json
@@ -11,70 +18,112 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from hvd_gradpart.progress import epoch_records, targets, time_to_accuracy  # noqa: E402
+
 
 def read(path):
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def row(records):
-    last = records[-1]
+def row(records, goals):
+    """One run's figures: ``reached`` maps each target share to a Reached or None."""
+    last = epoch_records(records)[-1]
     comp = last.get("compression") or {}
-    link = last["link_tx_bytes"] + last["link_rx_bytes"]
-    return {"method": last["compressor"], "model": last["model"], "epochs": last["epoch"],
-            "test_acc": last["test_acc"],
-            "ratio": comp.get("compression_ratio", 1.0),
-            "samples_per_s": max(r["samples_per_s"] for r in records[1:] or records),
-            "link_MB": link / 1e6, "wall_s": last["wall_s"]}
+    return {"method": last["compressor"], "final_acc": last["test_acc"], "epochs": last["epoch"],
+            "train_s": last["train_s"], "ratio": comp.get("compression_ratio", 1.0),
+            "link_MB": (last["link_tx_bytes"] + last["link_rx_bytes"]) / 1e6,
+            "reached": {share: time_to_accuracy(records, goal) for share, goal in goals.items()}}
 
 
-def markdown(rows, title):
-    lines = [f"**{title}**", "",
-             "| method | model | epochs | test accuracy | compression ratio | samples/s | bytes on link (MB, rank 0 node) | wall (s) |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['method']} | {r['model']} | {r['epochs']} | {r['test_acc']:.4f} | "
-                     f"{r['ratio']:.1f}x | {r['samples_per_s']:.0f} | {r['link_MB']:.1f} | {r['wall_s']:.1f} |")
-    return "\n".join(lines)
+def cell(reached):
+    return f"{reached.train_s:.1f} s, {reached.step} steps" if reached else "not reached"
 
 
-def plot(runs, path, title):
-    fig, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(10, 4))
+def table(rows, goals):
+    """A Markdown table with padded columns, readable as plain text too."""
+    header = ["method"] + [f"to {share:.0%} ({goal:.3f})" for share, goal in goals.items()] + [
+        "final acc", "training s", "ratio", "link MB"]
+    body = [[r["method"]] + [cell(r["reached"][share]) for share in goals] + [
+        f"{r['final_acc']:.3f}", f"{r['train_s']:.1f}", f"{r['ratio']:.0f}x", f"{r['link_MB']:.1f}"] for r in rows]
+    widths = [max(len(line[i]) for line in [header] + body) for i in range(len(header))]
+    lines = [[c.ljust(w) for c, w in zip(line, widths)] for line in [header] + body]
+    lines.insert(1, ["-" * w for w in widths])
+    return "\n".join("| " + " | ".join(line) + " |" for line in lines)
+
+
+def headline(rows):
+    """One line per run against the reference (the first row): time to each target and link bytes."""
+    ref = rows[0]
+    out = []
+    for r in rows[1:]:
+        parts = []
+        for share in sorted(ref["reached"], reverse=True):
+            mine, theirs = r["reached"][share], ref["reached"][share]
+            if mine is None:
+                parts.append(f"{share:.0%} not reached")
+            else:
+                parts.append(f"{share:.0%} in {mine.train_s:.1f} s vs {theirs.train_s:.1f} s "
+                             f"(speed-up {theirs.train_s / mine.train_s:.2f}x)")
+        out.append(f"{r['method']} vs {ref['method']}: " + ", ".join(parts) + f"; final accuracy {r['final_acc']:.3f} "
+                   f"after {r['epochs']} epochs, {ref['link_MB'] / r['link_MB']:.0f}x fewer link bytes.")
+    return out
+
+
+def plot(runs, goals, path, title):
+    fig, (by_time, by_step) = plt.subplots(1, 2, figsize=(11, 4.2))
     for records in runs:
         name = records[-1]["compressor"]
-        by_epoch.plot([r["epoch"] for r in records], [r["test_acc"] for r in records], marker="o", label=name)
-        by_time.plot([r["wall_s"] for r in records], [r["test_acc"] for r in records], marker="o", label=name)
-    by_epoch.set(xlabel="epoch", ylabel="test accuracy")
-    by_time.set(xlabel="wall-clock seconds", ylabel="test accuracy")
-    for ax in (by_epoch, by_time):
+        acc = [r["test_acc"] for r in records]
+        by_time.plot([r["train_s"] for r in records], acc, marker=".", label=name)
+        by_step.plot([r["step"] for r in records], acc, marker=".", label=name)
+    for ax in (by_time, by_step):
+        for share, goal in goals.items():
+            ax.axhline(goal, color="grey", linestyle="--", linewidth=0.8)
+            ax.annotate(f"{share:.0%} of {runs[0][-1]['compressor']}", (0, goal), xycoords=("axes fraction", "data"),
+                        xytext=(3, 2), textcoords="offset points", fontsize=8, color="grey")
+        ax.set_ylim(max(0.0, min(goals.values()) - 0.25), 1.0)
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(loc="lower right")
+    by_time.set(xlabel="training seconds (evaluation excluded)", ylabel="test accuracy")
+    by_step.set(xlabel="steps", ylabel="test accuracy")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("logs", nargs="+")
+def probe_line(path):
+    with open(path) as f:
+        probe = json.load(f)
+    return "Link (scripts/linkprobe.py, rank 0 <-> 1): latency {:.2f} ms, bandwidth {:.1f} MB/s".format(
+        probe["latency_ms"]["1"], probe["bandwidth_MBps"]["1"])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("logs", nargs="+", help="train.py --jsonl files; the first is the reference")
     p.add_argument("--title", default="")
-    p.add_argument("--plot")
-    p.add_argument("--markdown")
+    p.add_argument("--plot", help="PNG to write")
+    p.add_argument("--markdown", help="Markdown file to write the same summary to")
     p.add_argument("--probe", help="linkprobe.py JSON to quote under the table")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     runs = [read(path) for path in args.logs]
-    table = markdown([row(r) for r in runs], args.title)
+    empty = [path for path, records in zip(args.logs, runs) if not records]
+    if empty:
+        p.error(f"no records in {', '.join(empty)}: did the training run finish?")
+    goals = targets(runs[0])
+    rows = [row(records, goals) for records in runs]
+    lines = [f"**{args.title}**", "", table(rows, goals), ""] + headline(rows)
     if args.probe and os.path.exists(args.probe):
-        with open(args.probe) as f:
-            probe = json.load(f)
-        table += "\n\nLink (scripts/linkprobe.py, rank 0 <-> 1): latency {:.2f} ms, bandwidth {:.1f} MB/s".format(
-            probe["latency_ms"]["1"], probe["bandwidth_MBps"]["1"])
-    print(table)
+        lines += ["", probe_line(args.probe)]
+    text = "\n".join(lines)
+    print(text)
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write(table + "\n")
+            f.write(text + "\n")
     if args.plot:
-        plot(runs, args.plot, args.title)
+        plot(runs, goals, args.plot, args.title)
 
 
 if __name__ == "__main__":

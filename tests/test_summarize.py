@@ -1,0 +1,63 @@
+"""The demo's summary from hand-made train.py records: targets, table, headline and plot."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parents[1] / "scripts" / "summarize.py"
+spec = importlib.util.spec_from_file_location("summarize", SCRIPT)
+summarize = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(summarize)
+
+
+def run_log(path, compressor, points, ratio=None, link_mb=100.0):
+    """``points``: (step, train_s, test_acc, epoch_end) per evaluation."""
+    comp = {"compression_ratio": ratio} if ratio else None
+    with open(path, "w") as f:
+        for i, (step, train_s, acc, end) in enumerate(points):
+            epoch = step // 10 if end else step / 10
+            f.write(json.dumps({"epoch": epoch, "epoch_end": end, "step": step, "train_s": train_s,
+                                "test_acc": acc, "compressor": compressor, "compression": comp,
+                                "link_tx_bytes": link_mb * 1e6 * (i + 1) / len(points) / 2,
+                                "link_rx_bytes": link_mb * 1e6 * (i + 1) / len(points) / 2}) + "\n")
+    return str(path)
+
+
+@pytest.fixture
+def logs(tmp_path):
+    # none ends at 0.90: targets 0.855 (95 %) and 0.891 (99 %).
+    none = run_log(tmp_path / "none.jsonl", "none", [(5, 10.0, 0.80, False), (10, 20.0, 0.86, True),
+                                                     (15, 30.0, 0.895, False), (20, 40.0, 0.90, True)])
+    fast = run_log(tmp_path / "gradpart.jsonl", "gradpart", [(5, 2.0, 0.70, False), (10, 4.0, 0.87, True),
+                                                             (15, 6.0, 0.892, False), (20, 8.0, 0.89, True)],
+                   ratio=200.0, link_mb=2.0)
+    slow = run_log(tmp_path / "topk.jsonl", "topk", [(5, 3.0, 0.60, False), (10, 6.0, 0.80, True),
+                                                     (15, 9.0, 0.86, False), (20, 12.0, 0.88, True)],
+                   ratio=50.0, link_mb=5.0)
+    return tmp_path, [none, fast, slow]
+
+
+def test_table_headline_and_plot(logs, capsys):
+    folder, paths = logs
+    summarize.main(["--title", "t", "--plot", str(folder / "p.png"), "--markdown", str(folder / "s.md"), *paths])
+    text = capsys.readouterr().out
+    assert (folder / "s.md").read_text() == text
+    assert (folder / "p.png").stat().st_size > 10_000
+    lines = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+             for line in text.splitlines() if line.startswith("| ") and "---" not in line}
+    assert lines["method"][:2] == ["to 95% (0.855)", "to 99% (0.891)"]
+    assert lines["none"][:2] == ["20.0 s, 10 steps", "30.0 s, 15 steps"]
+    assert lines["gradpart"] == ["4.0 s, 10 steps", "6.0 s, 15 steps", "0.890", "8.0", "200x", "2.0"]
+    assert lines["topk"][:2] == ["9.0 s, 15 steps", "not reached"]
+    assert "gradpart vs none: 99% in 6.0 s vs 30.0 s (speed-up 5.00x), 95% in 4.0 s vs 20.0 s " \
+           "(speed-up 5.00x); final accuracy 0.890 after 2 epochs, 50x fewer link bytes." in text
+    assert "topk vs none: 99% not reached, 95% in 9.0 s vs 20.0 s (speed-up 2.22x); final accuracy 0.880 " \
+           "after 2 epochs, 20x fewer link bytes." in text
+
+def test_an_empty_log_is_refused_with_the_reason(logs, capsys):
+    folder, paths = logs
+    (folder / "empty.jsonl").write_text("")
+    with pytest.raises(SystemExit):
+        summarize.main([*paths, str(folder / "empty.jsonl")])
+    assert "no records in" in capsys.readouterr().err
