@@ -21,7 +21,8 @@ begin=$SECONDS
 say() { echo "demo: $*"; }
 failed() {  # LOG WHAT: the step's failure, its first error lines and the end of its log, then exit 1
   echo "demo: $2 failed; from $1:" >&2
-  { grep -m 6 -E 'Error|error:' "$1" || true; echo "    ..."; tail -n 4 "$1"; } | sed 's/^/    /' >&2
+  { grep -E 'Error|error:' "$1" | grep -vE 'RuntimeError|launch.py: error' | head -n 6
+    echo "..."; tail -n 3 "$1"; } | sed 's/^/    /' >&2
   exit 1
 }
 
