@@ -107,6 +107,9 @@ def parse_args(argv=None):
     p.add_argument("--bn-batches", type=count, default=20,
                    help="training batches whose mean statistics replace BatchNorm's moving averages "
                         "before each evaluation (0: keep Keras's moving averages)")
+    p.add_argument("--num-groups", type=count, default=1,
+                   help="Horovod gradient groups (0: one collective per gradient); a sparse compressor "
+                        "sends each group in one allgather")
     p.add_argument("--threads", type=positive(int), default=1, help="TF threads per pool per rank")
     p.add_argument("--eval-every", type=fraction, default=0.25,
                    help="fraction of an epoch between test evaluations (1: at epoch ends only); the training "
@@ -151,7 +154,7 @@ def main(argv=None):
     if args.lr_schedule == "cosine":
         lr = tf.keras.optimizers.schedules.CosineDecay(lr, args.epochs * (len(x) // args.batch_size))
     optimizer = tf.keras.optimizers.SGD(lr, momentum=momentum)
-    step = training.make_step(model, optimizer, compression)
+    step = training.make_step(model, optimizer, compression, num_groups=args.num_groups)
     logger = JsonlLogger(args.jsonl) if args.jsonl and rank == 0 else None
     board = tf.summary.create_file_writer(args.tensorboard) if args.tensorboard and rank == 0 else None
     instance = resolve(compression)
