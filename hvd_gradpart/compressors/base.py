@@ -149,11 +149,12 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
                     "and the same compressor settings")
         return exchange.marker(), (exchange.enqueue(encoded, header, what), tensor, mismatch, "native")
 
-    def _hint_if_alone(self, ticket):
+    def _hint_if_per_tensor(self, reduced):
         """Logs ``PER_TENSOR_HINT`` once (rank 0) when a second gradient of one
-        traced function travels alone: Horovod's per-tensor path."""
+        traced function comes through Horovod's per-tensor path (its marker
+        was reduced by a lone ``HorovodAllreduce``, not a grouped one)."""
         graph = function_graph()
-        if self._hinted or graph is None or len(ticket.group.payloads) > 1:
+        if self._hinted or graph is None or getattr(reduced.op, "type", None) != "HorovodAllreduce":
             return
         self._alone[graph] = self._alone.get(graph, 0) + 1
         if self._alone[graph] >= 2:
@@ -167,7 +168,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         if ctx is None:
             return tensor
         ticket, original, mismatch, encoding = ctx
-        self._hint_if_alone(ticket)
+        self._hint_if_per_tensor(tensor)
         total = exchange.decode_sum(ticket.rows(), original.shape.num_elements(), original.dtype,
                                     encoding, exchange.marker_scale(tensor), mismatch)
         return tf.reshape(total, original.shape)
