@@ -16,15 +16,20 @@ def test_this_environment_passes_silently():
         assert requirements.check() == (tf.__version__, horovod.__version__)
 
 
+def untested_warnings():
+    """The messages of every UntestedVersionWarning that ``requirements.check()`` raises."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        requirements.check()
+    return [str(w.message) for w in caught if w.category is UntestedVersionWarning]
+
+
 @pytest.mark.parametrize("version, tested", [
     ("2.15.0", True), ("2.15.1", True), ("2.15.1+nv24.1", True), ("2.14.1", False),
     ("2.16.0rc1", False), ("2.16.1", False), ("3.0.0", False)])
 def test_tensorflow_range(monkeypatch, version, tested):
     monkeypatch.setattr(tf, "__version__", version)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        requirements.check()
-    found = [str(w.message) for w in caught if w.category is UntestedVersionWarning]
+    found = untested_warnings()
     assert len(found) == (0 if tested else 1)
     assert tested or ("TensorFlow >=2.15,<2.16" in found[0] and f"found {version}" in found[0])
 
@@ -39,10 +44,7 @@ def test_keras_3_is_named_from_tensorflow_2_16(monkeypatch):
     ("0.28.1", True), ("0.28.2", True), ("0.28.0", False), ("0.27.2", False), ("0.29.0", False)])
 def test_horovod_range(monkeypatch, version, tested):
     monkeypatch.setattr(horovod, "__version__", version)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        requirements.check()
-    found = [str(w.message) for w in caught if w.category is UntestedVersionWarning]
+    found = untested_warnings()
     assert len(found) == (0 if tested else 1)
     assert tested or ("Horovod >=0.28.1,<0.29" in found[0] and f"found {version}" in found[0])
 
