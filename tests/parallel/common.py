@@ -8,6 +8,8 @@ import horovod.tensorflow as hvd  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from hvd_gradpart import TopKCompressor  # noqa: E402
+
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
 
@@ -46,3 +48,19 @@ def fail(message):
 def ok(name):
     if hvd.rank() == 0:
         print(f"OK {name}", flush=True)
+
+
+class NothingOnRank1(TopKCompressor):
+    """Rank 1 selects nothing; the others select their top-k."""
+
+    def select(self, acc, grad, slot):
+        if hvd.rank() == 1:
+            return tf.zeros([0], tf.int32), {}
+        return super().select(acc, grad, slot)
+
+
+class NothingAnywhere(TopKCompressor):
+    """No rank selects anything."""
+
+    def select(self, acc, grad, slot):
+        return tf.zeros([0], tf.int32), {}

@@ -7,7 +7,7 @@ import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
-from common import check, gather_np, init, ok
+from common import NothingAnywhere, NothingOnRank1, check, gather_np, init, ok
 from hvd_gradpart import TopKCompressor
 
 RANK, SIZE = init()
@@ -53,20 +53,6 @@ def check_reductions():
             residual = next(iter(comp.memory.slots.values())).residual.numpy()
             check(np.array_equal(residual, x - topk_np(x, k)), f"{mode} {name}: residual wrong")
     ok("reductions match the exact sparse average/sum")
-
-
-class NothingOnRank1(TopKCompressor):
-    """Rank 1 selects nothing; the others select their top-k."""
-
-    def select(self, acc, grad, slot):
-        if RANK == 1:
-            return tf.zeros([0], tf.int32), {}
-        return super().select(acc, grad, slot)
-
-
-class NothingAnywhere(TopKCompressor):
-    def select(self, acc, grad, slot):
-        return tf.zeros([0], tf.int32), {}
 
 
 def check_empty_selection():

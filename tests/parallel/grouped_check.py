@@ -20,7 +20,7 @@ import horovod.tensorflow.keras as hvdk
 import numpy as np
 import tensorflow as tf
 
-from common import assert_same_on_all_ranks, check, gather_np, init, ok
+from common import NothingAnywhere, NothingOnRank1, assert_same_on_all_ranks, check, gather_np, init, ok
 from hvd_gradpart import TopKCompressor
 
 RANK, SIZE = init()
@@ -95,18 +95,6 @@ def check_mixed_group():
     for x, got in zip(ints, outs):
         check(got.dtype == x.dtype and np.array_equal(got.numpy(), gather_np(x).sum(0)), f"{x.dtype} group wrong")
     ok("mixed float16/float32/float64, small and scalar tensors in one group; int groups pass through")
-
-
-class NothingOnRank1(TopKCompressor):
-    def select(self, acc, grad, slot):
-        if RANK == 1:
-            return tf.zeros([0], tf.int32), {}
-        return super().select(acc, grad, slot)
-
-
-class NothingAnywhere(TopKCompressor):
-    def select(self, acc, grad, slot):
-        return tf.zeros([0], tf.int32), {}
 
 
 def check_empty_selections():
