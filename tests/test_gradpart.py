@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 from scipy.special import erfc, gammaincc, gammainccinv, gammaln
 
-from hvd_gradpart import GradPartCompressor, entropy, partition, stats
+from hvd_gradpart import GradPartCompressor, entropy, exchange, partition, stats
 
 hvd.init()
 
@@ -515,7 +515,8 @@ def test_diagnostics_appear_in_the_slot_metrics():
     assert m["family"] in (0.0, 1.0, 2.0) and 0 < m["key_size"] < 20000
     assert 0 < m["tau_key"] < m["tau_sparse"] and m["alpha"] > 0
     assert stats.BETA_MIN <= m["beta"] <= stats.BETA_MAX
-    assert m["steps"] == 1 and m["elements"] == 20000 and m["sent_bytes"] == (m["sent_elements"] + 1) * 6 + 4
+    assert m["steps"] == 1 and m["elements"] == 20000 and m["sent_bytes"] == exchange.payload_bytes(
+        int(m["sent_elements"]), tf.float32, "fp16", opens_group=True)
 
 
 INVALID = [("sample_size", 15), ("sample_size", 4096.0), ("sample_size", "4096"),
