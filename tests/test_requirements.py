@@ -1,6 +1,9 @@
 """The import-time check of TensorFlow and Horovod (hvd_gradpart/requirements.py)."""
+import json
+import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import horovod
 import pytest
@@ -8,6 +11,8 @@ import tensorflow as tf
 
 from hvd_gradpart import requirements
 from hvd_gradpart.requirements import UntestedVersionWarning
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_this_environment_passes_silently():
@@ -64,3 +69,20 @@ def test_missing_piece_says_what_to_install(monkeypatch, missing, says):
 def test_unreadable_version_is_a_clear_error():
     with pytest.raises(ValueError, match="cannot read the version 'unknown'"):
         requirements.parse("unknown")
+
+
+def test_installing_into_a_built_environment_adds_no_tensorflow_or_horovod(tmp_path):
+    """Issue 15: ``pip install`` of this package (with its ``data`` extra) into an environment
+    that already holds TensorFlow and Horovod resolves to this package alone and declares
+    neither; offline (``--no-index``), so every requirement must already be met."""
+    report = tmp_path / "report.json"
+    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--no-build-isolation",
+           "--quiet", "--report", str(report), f"{ROOT}[data]"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr[-3000:]}"
+    install = json.loads(report.read_text())["install"]
+    assert [item["metadata"]["name"].lower() for item in install] == ["hvd-gradpart"], install
+    # Already-installed requirements never show in the list, so the declared ones are checked too:
+    # a TensorFlow or Horovod there would pull a second TensorFlow beside a GPU or vendor build.
+    declared = [r.lower() for r in install[0]["metadata"].get("requires_dist", [])]
+    assert not [r for r in declared if r.startswith(("tensorflow", "horovod"))], declared
