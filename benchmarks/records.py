@@ -156,7 +156,8 @@ def load_seeds(folder):
 
 def gap_row(model, by_seed, run="gradpart"):
     """Final accuracies of ``run`` and of the reference over the seeds that have both: their
-    means, the mean gap (pp) with its spread, and ``run``'s mean compression ratio."""
+    means, the mean gap (pp) with its spread, and ``run``'s mean compression ratio, from its
+    compressor's accounting and from the link counters."""
     seeds = sorted(s for s, runs in by_seed.items() if {run, REFERENCE} <= set(runs))
     if not seeds:
         return None
@@ -167,4 +168,5 @@ def gap_row(model, by_seed, run="gradpart"):
             "test_acc": statistics.mean(r["test_acc"] for r in rows),
             "gap_pp": statistics.mean(gaps), "gap_sd": statistics.stdev(gaps) if len(gaps) > 1 else 0.0,
             "gap_min": min(gaps), "gap_max": max(gaps),
-            "ratio": statistics.mean(r["ratio"] for r in rows)}
+            "ratio": statistics.mean(r["ratio"] for r in rows),
+            "link_ratio": statistics.mean(r["link_ratio"] for r in rows)}

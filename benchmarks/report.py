@@ -26,7 +26,8 @@ ABLATION_COLUMNS = [("gap vs gradpart (pp)", k, f) if k == "gap_pp" else (h, k, 
 GAP_COLUMNS = [("model", "model", ""), ("seeds", "seeds", "d"), ("epochs", "epochs", "d"),
                ("none: test acc", "none_acc", ".4f"), ("gradpart: test acc", "test_acc", ".4f"),
                ("gap (pp), mean", "gap_pp", "+.2f"), ("sd", "gap_sd", ".2f"), ("min", "gap_min", "+.1f"),
-               ("max", "gap_max", "+.1f"), ("gradpart ratio", "ratio", ".0f")]
+               ("max", "gap_max", "+.1f"), ("gradpart ratio", "ratio", ".0f"),
+               ("link ratio (vs none)", "link_ratio", ".1f")]
 SCALING_NODES = (2, 4, 8, 16, 32, 64)
 SCALING_RATES = ("20mbit", "100mbit", "1gbit", "10gbit")
 
@@ -168,19 +169,22 @@ def headline_section(rows, convergence, gaps):
                          f"({gp / bound:.2f} of bound, {gp / none:.1f}x none) |")
         lines += ["", "samples/s, all methods in one launch per row.", ""]
     if gaps:
-        lines += ["| model | epochs | seeds | none: test acc | gradpart: test acc | gap (pp) | gradpart ratio |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["| model | epochs | seeds | none: test acc | gradpart: test acc | gap (pp) | gradpart ratio "
+                  "| link ratio |", "|---|---|---|---|---|---|---|---|"]
         lines += [f"| {g['model']} | {g['epochs']} | {g['seeds']} | {g['none_acc']:.3f} | {g['test_acc']:.3f} | "
-                  f"{g['gap_pp']:+.2f} | {g['ratio']:.0f}x |" for g in gaps]
-        lines += ["", "Means over seeds; cosine learning rate, 10 Gbit/s link (see docs/results.md)."]
+                  f"{g['gap_pp']:+.2f} | {g['ratio']:.0f}x | {g['link_ratio']:.1f}x |" for g in gaps]
+        lines += ["", "Means over seeds; cosine learning rate, 10 Gbit/s link (see docs/results.md); link ratio: "
+                  "no compression's bytes on the link over GradPart's (kernel counters, Horovod's own traffic "
+                  "included)."]
     elif convergence:
-        lines += ["| model | epochs | none: test acc | gradpart: test acc | gap (pp) | gradpart ratio |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["| model | epochs | none: test acc | gradpart: test acc | gap (pp) | gradpart ratio | link ratio |",
+                  "|---|---|---|---|---|---|---|"]
         for model, runs in convergence.items():
             if {"none", "gradpart"} <= set(runs):
                 r = br.summary_row("gradpart", runs["gradpart"], runs["none"])
                 lines.append(f"| {model} | {r['epochs']} | {runs['none'][-1]['test_acc']:.3f} | "
-                             f"{r['test_acc']:.3f} | {r['gap_pp']:+.1f} | {r['ratio']:.0f}x |")
+                             f"{r['test_acc']:.3f} | {r['gap_pp']:+.1f} | {r['ratio']:.0f}x | "
+                             f"{r['link_ratio']:.1f}x |")
     return "\n".join(lines)
 
 

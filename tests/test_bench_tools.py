@@ -52,9 +52,16 @@ def test_gap_row_averages_the_seeds_that_have_both_runs():
                2: {"none": NONE}}
     row = br.gap_row("lenet5", by_seed)
     assert row["seeds"] == 2 and row["epochs"] == 2 and row["ratio"] == 100.0
+    assert row["link_ratio"] == pytest.approx(4000 / 300)
     assert row["gap_pp"] == pytest.approx(-0.8) and row["gap_min"] == pytest.approx(-1.2)
     assert row["gap_sd"] == pytest.approx(math.sqrt(0.32)) and row["none_acc"] == 0.95
     assert br.gap_row("lenet5", {2: {"none": NONE}}) is None
+
+
+def test_headline_shows_the_link_ratio_beside_the_compressor_ratio():
+    text = report.headline_section([], {"lenet5": {"none": NONE, "gradpart": GRADPART}}, [])
+    assert "| gradpart ratio | link ratio |" in text
+    assert "| lenet5 | 2 | 0.950 | 0.946 | -0.4 | 100x | 13.3x |" in text
 
 
 def test_seed_gaps_decide_the_accuracy_target_over_a_single_run():
@@ -151,7 +158,7 @@ def test_report_writes_tables_plots_and_fills_docs(tmp_path):
     text = docs.read_text()
     assert "old" not in text and "| lenet5: gradpart compression ratio >= 100x | 100x" in text
     assert text.startswith("intro\n") and text.endswith("end\n")
-    assert "| lenet5 | 2 | 2 | 0.950 | 0.946 | -0.40 | 100x |" in text  # the seed means
+    assert "| lenet5 | 2 | 2 | 0.950 | 0.946 | -0.40 | 100x | 13.3x |" in text  # the seed means
     assert "-0.40 pp, mean of 2 seeds after 2 epochs" in text
     assert (res / "gap.csv").read_text().count("\n") == 5  # header, 2 seeds x 2 runs
     for png in ("throughput", "convergence-lenet5", "convergence-lenet5-ratio",
