@@ -1,0 +1,41 @@
+"""Markdown table of benchmarks.wire rows: link bytes per step and per idle second per setting.
+
+    python -m benchmarks.wire_table benchmarks/results/wire.jsonl
+
+The link ratio divides a model's dense (``none``) link bytes per step, measured once, by each
+row's; the compressor's ratio beside it divides the model's dense gradient bytes (4 per
+parameter) by what the compressor counted as sent.
+"""
+import json
+import sys
+
+NOTE = ("Link: tx + rx of rank 0's node (kernel counters), per training step, over the timed "
+        "steps after warm-up; link ratio: the model's dense (none) link bytes per step over the "
+        "row's; compressor ratio: 4 bytes per parameter over what rank 0's compressor counted as "
+        "sent; idle: the same counters while both ranks sleep; step: median of the timing windows.")
+
+
+def table(rows):
+    """The Markdown table of ``rows``, sparse rows in file order, dense rows as references."""
+    dense = {r["model"]: r["link_per_step"] for r in rows if r["method"] == "none"}
+    lines = ["| setting | model | method | groups | link kB/step | link ratio | counted kB/step (sent) "
+             "| compressor ratio | idle kB/s | step ms |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        link = r["link_per_step"]
+        ratio = f"{dense[r['model']] / link:.1f}x" if r["model"] in dense and r["method"] != "none" else "–"
+        counted = r["counted_sent_per_step"]
+        own = f"{4 * r['params'] / counted:.0f}x" if counted else "–"
+        lines.append(f"| {r['label']} | {r['model']} | {r['method']} | {r.get('num_groups', 0)} "
+                     f"| {link / 1e3:.1f} | {ratio} | {counted / 1e3:.1f} | {own} "
+                     f"| {r['idle_per_s'] / 1e3:.1f} | {r['step_s'] * 1e3:.1f} |")
+    return "\n".join(lines) + "\n\n" + NOTE
+
+
+def main(path):
+    with open(path) as f:
+        print(table([json.loads(line) for line in f if line.strip()]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
