@@ -23,6 +23,7 @@ from hvd_gradpart.data import DATASETS, DataNotFoundError, batches, load_dataset
 from hvd_gradpart.metrics import JsonlLogger, resolve, snapshot  # noqa: E402
 from hvd_gradpart.models import MODELS, build_model  # noqa: E402
 from hvd_gradpart.progress import evaluation_points  # noqa: E402
+from launch import child_env  # noqa: E402  (this folder is on the path of a script run from it)
 
 
 def option(text):
@@ -137,6 +138,10 @@ def main(argv=None):
         compression = get_compressor(args.compressor, **dict(args.compressor_option))
     except (DataNotFoundError, ValueError, TypeError) as e:
         sys.exit(f"train.py: error: {e}")
+    # Horovod: launch.py's HOROVOD_DEFAULTS where neither the environment nor
+    # horovodrun's flags set them, also when horovodrun starts this script directly.
+    _, applied = child_env(os.environ)
+    os.environ.update(applied)
     # Horovod: one process per node.
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -145,6 +150,9 @@ def main(argv=None):
         exit_with_launcher(rank, hosts[rank])
     if rank == 0:
         print("train.py: ranks " + ", ".join(f"{r} on {h}" for r, h in enumerate(hosts)), flush=True)
+        if applied:
+            print("train.py: Horovod settings " + " ".join(f"{k}={v}" for k, v in applied.items())
+                  + " (scripts/launch.py's defaults; set them yourself to override)", flush=True)
     tf.keras.utils.set_random_seed(args.seed)
     x, y = shard(data.x_train, data.y_train, rank, size)
     model = build_model(args.model, data.x_train.shape[1:], data.num_classes, seed=args.seed)
