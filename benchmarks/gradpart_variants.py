@@ -75,26 +75,24 @@ class CodeCost(GradPartCompressor):
         power = tf.exp(entropy.entropy(fit))
         return fit, key_size, edge, power * cost(key_size, sent_key), power * cost(n - key_size, sent_sparse)
 
-    def select(self, acc, grad, slot):
+    def prepare(self, residual, grad, state, slot):
         s = slot.state
         previous = stats.Fit(s["mu"].read_value(), s["alpha"].read_value(), s["beta"].read_value(),
                              tf.constant(stats.GAUSSIAN))
-        fit, key_size, edge, tau_key, tau_sparse = self.plan_with_counts(
+        return self.plan_with_counts(
             stats.strided_sample(grad, self.sample_size), previous, s["steps"].read_value(),
             grad.shape.num_elements(), s["sent_key"].read_value(), s["sent_sparse"].read_value())
-        for name in ("mu", "alpha", "beta"):
-            s[name].assign(getattr(fit, name))
-        s["steps"].assign_add(tf.constant(1.0, tf.float64))
+
+    def select(self, swept, grad, slot):
+        indices, diagnostics = super().select(swept, grad, slot)
+        fit, _, edge = swept.plan[:3]
         as_grad = lambda x: tf.cast(x, grad.dtype)
-        mask = partition.select_mask(acc, grad, as_grad(fit.mu), as_grad(edge), as_grad(tau_key),
-                                     as_grad(tau_sparse))
-        indices = self.guard(acc, tf.cast(tf.where(mask)[:, 0], tf.int32))
         in_key = tf.gather(tf.abs(grad - as_grad(fit.mu)) > as_grad(edge), indices)
         sent_key = tf.reduce_sum(tf.cast(in_key, tf.float64))
+        s = slot.state
         s["sent_key"].assign(sent_key)
         s["sent_sparse"].assign(tf.cast(tf.size(indices), tf.float64) - sent_key)
-        return indices, {"family": fit.family, "mu": fit.mu, "alpha": fit.alpha, "beta": fit.beta,
-                         "key_size": key_size, "tau_key": tau_key, "tau_sparse": tau_sparse}
+        return indices, diagnostics
 
 
 class KeyFavor(GradPartCompressor):

@@ -43,9 +43,8 @@ def area_sizes(sample, fit, n):
     return key, tf.constant(n, tf.int64) - key
 
 
-@tf.function(jit_compile=True)
 def select_mask(acc, grad, mu, edge, tau_key, tau_sparse):
     """Elements to send: ``|acc| > tau_key`` in the key area, ``> tau_sparse``
-    in the sparse area; one fused pass over the tensor."""
+    in the sparse area (elementwise: it runs in GradPart's compiled mask pass)."""
     magnitude = tf.abs(acc)
     return tf.where(tf.abs(grad - mu) > edge, magnitude > tau_key, magnitude > tau_sparse)

@@ -22,11 +22,12 @@ def send(comp, g):
     return out, next(iter(comp.memory.slots.values()))
 
 
-def selected(comp, acc):
-    """``comp.select`` on a fresh slot, as a sorted index list."""
+def selected(comp, acc, slot=None):
+    """``comp.select`` of a slot (fresh by default, so the accumulated value is ``acc``),
+    as a sorted index list; nothing is stored."""
     acc = tf.constant(acc)
-    slot = Memory().slot(acc, comp.state_spec())
-    return sorted(comp.select(acc, acc, slot)[0].numpy().tolist())
+    slot = slot or Memory().slot(acc, comp.state_spec())
+    return sorted(comp.select(comp.run_sweep(slot, acc), acc, slot)[0].numpy().tolist())
 
 
 # Variance-based compression --------------------------------------------------
@@ -153,17 +154,17 @@ def test_dgc_sampled_threshold_and_exact_topk_fallback():
     assert selected(comp, low) == sorted(np.argsort(-low)[:10].tolist())
     high = with_sample(np.arange(91, 101))  # threshold 100: only the largest passes (fewer than k)
     assert selected(comp, high) == [90]
-    acc = tf.constant(high)
-    slot = Memory().slot(acc, comp.state_spec())
-    comp.select(acc, acc, slot)
-    assert len(comp.select(acc, acc, slot)[0]) == 10  # next step samples a[1::10]: threshold 82
+    slot = Memory().slot(tf.constant(high), comp.state_spec())
+    selected(comp, high, slot)
+    assert len(selected(comp, high, slot)) == 10  # next step samples a[1::10]: threshold 82
 
 
 def test_dgc_local_clipping_scales_by_rank_count():
     comp = DGCCompressor(clip_norm=2.0, momentum=0.0, min_elements=0)
-    slot = Memory().slot(tf.zeros([2]), comp.state_spec())
-    acc = comp.accumulate(slot, tf.constant([3.0, 4.0]))
-    np.testing.assert_allclose(acc.numpy(), np.array([3.0, 4.0]) * 2.0 / math.sqrt(hvd.size()) / 5.0)
+    out, slot = send(comp, [3.0, 4.0])  # sent plus kept is the clipped gradient
+    np.testing.assert_allclose(out + slot.residual.numpy(), np.array([3.0, 4.0]) * 2.0 / math.sqrt(hvd.size()) / 5.0,
+                               rtol=1e-6)
+    assert np.count_nonzero(out) == 1
 
 
 # SIDCo -----------------------------------------------------------------------

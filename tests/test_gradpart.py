@@ -1,8 +1,9 @@
 """GradPart in one process: distribution fits, entropy thresholds, the
 partition, and the compressor's selection rule, guards, ablations and
 accounting. Horovod runs at size 1 (its allgather works there), so
-``compress`` is called directly; ``select`` is called with a slot from
-``compressor.memory.slot`` where only the selection matters."""
+``compress`` is called directly; where only the selection matters,
+``select`` gets the sweep of a slot from ``compressor.memory.slot`` whose
+residual makes the accumulated value the one under test."""
 import math
 
 import horovod.tensorflow as hvd
@@ -46,7 +47,8 @@ def select(comp, acc, grad=None):
     grad = acc if grad is None else grad
     grad, acc = tf.constant(grad), tf.constant(acc)
     slot = comp.memory.slot(grad, comp.state_spec())
-    indices, diagnostics = comp.select(acc, grad, slot)
+    slot.residual.assign(acc - grad)
+    indices, diagnostics = comp.select(comp.run_sweep(slot, grad), grad, slot)
     return np.sort(indices.numpy()), {k: float(v) for k, v in diagnostics.items()}
 
 

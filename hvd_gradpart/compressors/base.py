@@ -1,8 +1,18 @@
 """Base class of every sparse method: a selection rule on the shared exchange.
 
 A subclass implements ``select`` (and, when it needs them, ``state_spec``,
-``accumulate`` and ``after_send``); error feedback, the exchange, the
-marker and the accounting are done here, once, for all methods.
+``transform``, ``accumulate``, ``prepare``, ``mask`` and ``after_send``); error
+feedback, the exchange, the marker and the accounting are done here, once, for
+all methods. A step first lets ``prepare`` derive what the rule needs from a
+sample (or a compiled reduction), then one compiled pass (``_sweep``) reads
+the residual and the gradient once and writes the accumulated values ``acc``
+(by default ``r + g``), the method's next state and a byte mask of the
+method's elementwise ``mask`` and of every non-finite element (``fused``).
+Once the finite test passes ``select`` picks; the residual then becomes
+``acc`` less what was sent, by a scatter of ``k`` values into that same
+buffer, which the residual variable takes over without a copy. No sparse
+update ever touches a variable (one would put it in TensorFlow's
+copy-on-read mode, in which every later read and update copies it).
 """
 import logging
 import weakref
@@ -11,7 +21,7 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 from horovod.tensorflow.compression import Compressor
 
-from hvd_gradpart import exchange
+from hvd_gradpart import exchange, fused
 from hvd_gradpart.memory import Memory, SharedWhileTracing, function_graph
 
 _LOG = logging.getLogger("hvd_gradpart")
@@ -77,24 +87,109 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         """Extra per-gradient variables: ``{name: init(n, dtype) -> tensor}``."""
         return {}
 
-    def accumulate(self, slot, grad):
-        """Adds this step's contribution to the residual in place; returns
-        what may be sent (default error feedback ``r + g``)."""
-        slot.residual.assign_add(grad, read_value=False)
-        return slot.residual.read_value()
+    def transform(self, grad):
+        """This step's flat gradient as the method sees it (default unchanged);
+        may look at the whole tensor (e.g. a norm), unlike ``accumulate``."""
+        return grad
 
-    def select(self, acc, grad, slot):
-        """Returns ``(int32 indices, diagnostics dict)`` of elements to send.
+    def accumulate(self, residual, grad, state):
+        """What may be sent, and the next per-method state: elementwise, so
+        that it compiles into the step's one pass and applies to samples too
+        (``accumulated_at``).
 
         Args:
-            acc: accumulated flat values (``accumulate``'s result).
+            residual: the residual's value.
+            grad: this step's fresh flat gradient (``transform``'s result).
+            state: ``{name: value}`` of the slot's per-method variables.
+
+        Returns:
+            ``(acc, next_state)``: by default error feedback ``r + g`` and no
+            state; ``next_state`` maps variable names to their next values.
+        """
+        return residual + grad, {}
+
+    def accumulated_at(self, residual, grad, state, pick):
+        """``accumulate``'s values at the elements ``pick`` takes from a flat
+        tensor (a strided slice, say): O(picked) work, nothing stored."""
+        n = residual.shape.num_elements()
+        at = lambda v: pick(v) if v.shape.rank == 1 and v.shape.num_elements() == n else v
+        return self.accumulate(pick(residual), pick(grad), {k: at(v) for k, v in state.items()})[0]
+
+    def prepare(self, residual, grad, state, slot):
+        """What ``mask`` needs besides the tensors, from O(sample) work (see
+        ``accumulated_at``) or a compiled reduction: a nest of tensors
+        (default none). Writes no variable.
+
+        Args:
+            residual: the residual's value.
+            grad: ``transform``'s gradient.
+            state: ``{name: value}`` of the slot's per-method variables.
+            slot: the gradient's ``Slot``.
+        """
+        return ()
+
+    def mask(self, acc, grad, state, plan):
+        """The candidates, elementwise (compiled into one pass): a bool tensor, or None.
+
+        Args:
+            acc: ``accumulate``'s values.
+            grad: this step's fresh flat gradient.
+            state: ``accumulate``'s next state.
+            plan: ``prepare``'s result.
+        """
+        return None
+
+    def select(self, swept, grad, slot):
+        """Returns ``(int32 indices, diagnostics dict)`` of the elements to send.
+
+        Args:
+            swept: the step's ``fused.Swept`` (``acc``, next state, candidates, plan).
             grad: this step's fresh flat gradient.
             slot: the gradient's ``Slot`` (for per-method state).
         """
         raise NotImplementedError
 
-    def after_send(self, slot, indices):
-        """Updates per-method state once ``indices`` were sent."""
+    def after_send(self, state, indices):
+        """The per-method state to store once ``indices`` were sent (default ``state``)."""
+        return state
+
+    def inputs(self, slot, grad):
+        """``{name: value}`` of the slot's per-method variables, as ``accumulate`` gets them."""
+        return {name: v.value() for name, v in slot.state.items()}
+
+    @tf.function(jit_compile=True)
+    def _sweep(self, residual, grad, state, plan):
+        """``accumulate`` and the mask bytes: one compiled pass over the tensor."""
+        acc, state = self.accumulate(residual, grad, state)
+        return acc, state, fused.mask_bytes(acc, self.mask(acc, grad, state, plan))
+
+    def run_sweep(self, slot, grad, what="the gradient"):
+        """Accumulates, prepares and finds the candidates; the ``fused.Swept``
+        once the accumulated values are known finite (what ``compress`` hands
+        ``select``). Nothing is stored.
+
+        Raises:
+            tf.errors.InvalidArgumentError: NaN or Inf, naming ``what``.
+        """
+        grad = self.transform(grad)
+        residual, state = slot.residual.value(), self.inputs(slot, grad)
+        plan = self.prepare(residual, grad, state, slot)
+        acc, state, marked = self._sweep(residual, grad, state, plan)
+        candidates = fused.compact(marked)
+        check = tf.debugging.Assert(fused.finite(acc, candidates), [
+            f"hvd_gradpart: {what} holds NaN or Inf (or overflows when added to its residual); "
+            "its residual was left unchanged. Lower the learning rate or clip gradients"])
+        with tf.control_dependencies([check]):
+            gate = lambda x: tf.nest.map_structure(tf.identity, x)
+            return fused.Swept(gate(acc), gate(state), gate(candidates), plan)
+
+    def _store(self, slot, swept, indices, sent):
+        """Error feedback: the residual keeps ``acc`` less what was ``sent``
+        (in place: nothing else reads ``acc`` by then); the state follows."""
+        slot.residual.assign(fused.subtract_at(swept.acc, indices, sent), read_value=False)
+        for name, value in self.after_send(swept.state, indices).items():
+            if name in slot.state:
+                slot.state[name].assign(value, read_value=False)
 
     # Horovod's Compressor API ---------------------------------------------
 
@@ -117,18 +212,12 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         n = tensor.shape.num_elements()
         what = f"gradient {slot.key} ({tensor.dtype.name}{tensor.shape})"
         grad = tf.reshape(tensor, [-1])
-        finite = tf.debugging.Assert(_all_finite(grad), [
-            f"hvd_gradpart: {what} holds NaN or Inf; its residual was left unchanged. "
-            "Lower the learning rate or clip gradients"])
-        with tf.control_dependencies([finite]):
-            acc = self.accumulate(slot, grad)
-        indices, diagnostics = self.select(acc, grad, slot)
+        swept = self.run_sweep(slot, grad, what)
+        indices, diagnostics = self.select(swept, grad, slot)
         setting = f"{type(self).__name__}{self.settings()}"
         header = exchange.digest(f"{n}/{tensor.dtype.name}/{setting}")
-        encoded = exchange.encode(tf.gather(acc, indices), indices, self.value_encoding, header)
-        with tf.control_dependencies([encoded.payload]):
-            slot.residual.scatter_nd_sub(indices[:, None], encoded.sent)
-        self.after_send(slot, indices)
+        encoded = exchange.encode(tf.gather(swept.acc, indices), indices, self.value_encoding, header)
+        self._store(slot, swept, indices, encoded.sent)
         ticket = exchange.enqueue(encoded, header, what)
         k = tf.size(indices)
         slot.metrics.record(
@@ -184,9 +273,3 @@ def _travels_whole(tensor):
     """
     return (tensor.dtype in SPARSE_DTYPES and tensor.dtype != exchange.MARKER_DTYPE
             and tensor.shape.num_elements() is not None)
-
-
-@tf.function(jit_compile=True)
-def _all_finite(x):
-    """Whether every element of ``x`` is finite (one fused pass)."""
-    return tf.reduce_all(tf.math.is_finite(x))

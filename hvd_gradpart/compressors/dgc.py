@@ -30,6 +30,7 @@ import math
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
+from hvd_gradpart import fused
 from hvd_gradpart.compressors.base import SparseCompressor
 
 WARMUP_DENSITIES = (0.25, 0.0625, 0.015625, 0.004)
@@ -76,35 +77,41 @@ class DGCCompressor(SparseCompressor):
         stage = tf.minimum(step // self.warmup_steps, len(self.warmup_densities))
         return tf.gather(schedule, stage)
 
-    def accumulate(self, slot, grad):
-        if self.clip_norm is not None:
-            grad = tf.clip_by_norm(grad, self.clip_norm / math.sqrt(hvd.size()))
-        u = slot.state["u"]
-        u.assign(tf.cast(self.momentum, grad.dtype) * u + grad)
-        return super().accumulate(slot, u.read_value())
+    def transform(self, grad):
+        if self.clip_norm is None:
+            return grad
+        return tf.clip_by_norm(grad, self.clip_norm / math.sqrt(hvd.size()))
 
-    def select(self, acc, grad, slot):
-        n = acc.shape.num_elements()
-        step = slot.state["step"]
+    def accumulate(self, residual, grad, state):
+        u = tf.cast(self.momentum, grad.dtype) * state["u"] + grad
+        return residual + u, {"u": u}
+
+    def prepare(self, residual, grad, state, slot):
+        n = residual.shape.num_elements()
+        step = state["step"]
         density = self.density_at(step)
-        magnitude = tf.abs(acc)
         s = min(n, max(1, math.ceil(self.sample_ratio * n)))
         stride = n // s
-        sample = magnitude[tf.cast(step % stride, tf.int32)::stride][:s]
-        top = lambda x, k: tf.math.top_k(x, k=tf.cast(k, tf.int32), sorted=False)
-        k_sample = tf.math.ceil(density * s)
-        threshold = tf.reduce_min(top(sample, k_sample).values)
-        indices = tf.cast(tf.where((magnitude >= threshold) & (magnitude > 0))[:, 0], tf.int32)
-        k = tf.cast(tf.math.ceil(density * n), tf.int32)
-        indices = tf.cond(tf.size(indices) > k,
-                          lambda: tf.gather(indices, top(tf.gather(magnitude, indices), k).indices),
-                          lambda: indices)
-        step.assign_add(1)
+        start = tf.cast(step % stride, tf.int32)
+        sample = tf.abs(self.accumulated_at(residual, grad, state, lambda x: x[start::stride][:s]))
+        k_sample = tf.cast(tf.math.ceil(density * s), tf.int32)
+        return density, tf.reduce_min(tf.math.top_k(sample, k=k_sample, sorted=False).values)
+
+    def mask(self, acc, grad, state, plan):
+        magnitude = tf.abs(acc)
+        return (magnitude >= plan[1]) & (magnitude > 0)
+
+    def select(self, swept, grad, slot):
+        acc, candidates, (density, threshold) = swept.acc, swept.candidates, swept.plan
+        k = tf.cast(tf.math.ceil(density * acc.shape.num_elements()), tf.int32)
+        capped = lambda: tf.gather(candidates.indices, tf.math.top_k(
+            tf.abs(tf.gather(acc, candidates.indices)), k=k, sorted=False).indices)
+        indices = tf.cond(candidates.count > k, capped, lambda: candidates.indices)
+        slot.state["step"].assign_add(1)
         return indices, {"density": density, "threshold": threshold}
 
-    def after_send(self, slot, indices):
-        u = slot.state["u"]
-        u.scatter_nd_update(indices[:, None], tf.zeros_like(indices, u.dtype))
+    def after_send(self, state, indices):
+        return {"u": fused.zero_at(state["u"], indices)}
 
 
 def _check(name, value, ok, valid):

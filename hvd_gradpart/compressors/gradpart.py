@@ -19,6 +19,7 @@ import math
 import tensorflow as tf
 
 from hvd_gradpart import entropy, partition, stats
+from hvd_gradpart.compressors import topk
 from hvd_gradpart.compressors.base import SparseCompressor
 
 _SCALAR = lambda value: (lambda n, dtype: tf.constant(value, tf.float64))
@@ -99,33 +100,39 @@ class GradPartCompressor(SparseCompressor):
             return entropy.tail_threshold(fit, self.fixed_density)
         return entropy.power_threshold(fit, entropy.position_cost(size) + self.margin)
 
-    def select(self, acc, grad, slot):
+    def prepare(self, residual, grad, state, slot):
         s = slot.state
         previous = stats.Fit(s["mu"].read_value(), s["alpha"].read_value(), s["beta"].read_value(),
                              tf.constant(stats.GAUSSIAN))
-        fit, key_size, edge, tau_key, tau_sparse = self.plan(
-            stats.strided_sample(grad, self.sample_size), previous, s["steps"].read_value(),
-            grad.shape.num_elements())
+        return self.plan(stats.strided_sample(grad, self.sample_size), previous, s["steps"].read_value(),
+                         grad.shape.num_elements())
+
+    def mask(self, acc, grad, state, plan):
+        fit, _, edge, tau_key, tau_sparse = plan
+        as_grad = lambda x: tf.cast(x, grad.dtype)
+        return partition.select_mask(acc, grad, as_grad(fit.mu), as_grad(edge), as_grad(tau_key),
+                                     as_grad(tau_sparse))
+
+    def select(self, swept, grad, slot):
+        fit, key_size, _, tau_key, tau_sparse = swept.plan
+        s = slot.state
         s["mu"].assign(fit.mu)
         s["alpha"].assign(fit.alpha)
         s["beta"].assign(fit.beta)
         s["steps"].assign_add(tf.constant(1.0, tf.float64))
-        as_grad = lambda x: tf.cast(x, grad.dtype)
-        mask = partition.select_mask(acc, grad, as_grad(fit.mu), as_grad(edge), as_grad(tau_key),
-                                     as_grad(tau_sparse))
-        indices = self.guard(acc, tf.cast(tf.where(mask)[:, 0], tf.int32))
+        indices = self.guard(swept.acc, swept.candidates)
         return indices, {"family": fit.family, "mu": fit.mu, "alpha": fit.alpha, "beta": fit.beta,
                          "key_size": key_size, "tau_key": tau_key, "tau_sparse": tau_sparse}
 
-    def guard(self, acc, indices):
-        """Exact top-k at the floor or ceiling when the density leaves them."""
+    def guard(self, acc, candidates):
+        """The candidates' indices, or exact top-k (``topk.top_k``) at the
+        floor or ceiling when their count leaves them."""
         n = acc.shape.num_elements()
         low = min(n, max(1, math.ceil(self.density_floor * n))) if self.density_floor > 0 else 0
         high = max(low, math.floor(self.density_ceiling * n))
-        top = lambda k: lambda: tf.math.top_k(tf.abs(acc), k=k, sorted=False).indices
-        count = tf.size(indices)
-        return tf.case([(count < low, top(low)), (count > high, top(high))],
-                       default=lambda: indices)
+        top = lambda k: lambda: topk.top_k(acc, k)
+        count = candidates.count
+        return tf.case([(count < low, top(low)), (count > high, top(high))], default=lambda: candidates.indices)
 
 
 def _check(name, value, ok, valid):

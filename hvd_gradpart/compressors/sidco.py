@@ -21,7 +21,10 @@ the previous threshold and moves it on by the new tail, so the stage
 densities multiply to ``delta``. Exceedances of an exponential are again
 exponential and those of a generalized Pareto again generalized Pareto, so
 these two are exact; for the gamma refitting the exceedances is an
-approximation. Elements with ``|a| > eta`` are sent.
+approximation. Elements with ``|a| > eta`` are sent. Each stage's fit needs
+only masked sums over the tensor (count, mean, mean log, mean square of the
+exceedances), so the stages and the mask compile into one call that reads
+the tensor once per stage; the mask is the step's compiled mask pass.
 
 Deviations: a fixed number of stages (the paper adapts it from the density
 achieved); exact zeros are left out of the fits and of the count the density
@@ -29,6 +32,7 @@ refers to; a fit that degenerates (e.g. all values equal) falls back to the
 exponential tail for that stage.
 """
 import math
+from typing import NamedTuple
 
 import tensorflow as tf
 
@@ -38,15 +42,34 @@ FAMILIES = ("exponential", "gamma", "gpareto")
 _BISECTIONS = 80
 
 
-def exponential_tail(x, delta):
-    """Threshold with tail mass ``delta`` of an exponential fitted to ``x > 0``."""
-    return -tf.reduce_mean(x) * math.log(delta)
+class Moments(NamedTuple):
+    """Moments of the exceedances ``y = x - eta`` of the elements with ``x > eta``."""
+
+    count: tf.Tensor
+    mean: tf.Tensor
+    mean_log: tf.Tensor
+    variance: tf.Tensor
 
 
-def gamma_tail(x, delta):
-    """Threshold with tail mass ``delta`` of a gamma fitted to ``x > 0``."""
-    mean = tf.reduce_mean(x)
-    s = tf.math.log(mean) - tf.reduce_mean(tf.math.log(x))
+def exceedance_moments(x, eta):
+    """``Moments`` of ``x - eta`` over ``x > eta`` (float64; masked sums, one pass over ``x``)."""
+    beyond = x > eta
+    y = tf.where(beyond, x - eta, tf.zeros_like(x))
+    count = tf.reduce_sum(tf.cast(beyond, tf.float64))
+    mean = lambda v: tf.reduce_sum(v) / count
+    m1 = mean(y)
+    return Moments(count, m1, mean(tf.where(beyond, tf.math.log(tf.where(beyond, y, 1.0)), 0.0)),
+                   mean(tf.square(y)) - tf.square(m1))
+
+
+def exponential_tail(m, delta):
+    """Threshold with tail mass ``delta`` of an exponential fitted to the exceedances."""
+    return -m.mean * math.log(delta)
+
+
+def gamma_tail(m, delta):
+    """Threshold with tail mass ``delta`` of a gamma fitted to the exceedances."""
+    s = tf.math.log(m.mean) - m.mean_log
     k = (3 - s + tf.sqrt(tf.square(s - 3) + 24 * s)) / (12 * s)
 
     def halve(lo, hi):
@@ -56,15 +79,14 @@ def gamma_tail(x, delta):
 
     bounds = (tf.constant(-745.0, tf.float64), tf.math.log(k) + 10.0 - math.log(delta))
     lo, hi = tf.while_loop(lambda *_: tf.constant(True), halve, bounds, maximum_iterations=_BISECTIONS)
-    return mean / k * tf.exp(hi)
+    return m.mean / k * tf.exp(hi)
 
 
-def gpareto_tail(x, delta):
-    """Threshold with tail mass ``delta`` of a generalized Pareto fitted to ``x > 0``."""
-    mean = tf.reduce_mean(x)
-    ratio = tf.square(mean) / tf.math.reduce_variance(x)
+def gpareto_tail(m, delta):
+    """Threshold with tail mass ``delta`` of a generalized Pareto fitted to the exceedances."""
+    ratio = tf.square(m.mean) / m.variance
     xi = (1 - ratio) / 2
-    sigma = mean * (1 + ratio) / 2
+    sigma = m.mean * (1 + ratio) / 2
     safe_xi = tf.where(tf.abs(xi) < 1e-8, tf.ones_like(xi), xi)
     return tf.where(tf.abs(xi) < 1e-8, -sigma * math.log(delta), sigma * (delta ** -safe_xi - 1) / safe_xi)
 
@@ -78,11 +100,10 @@ def multistage_threshold(x, delta, stages, family):
     stage_delta = delta ** (1.0 / stages)
     eta = tf.constant(0.0, tf.float64)
     for _ in range(stages):
-        beyond = tf.boolean_mask(x, x > eta) - eta
-        fitted = tail(beyond, stage_delta)
-        fitted = tf.where(tf.math.is_finite(fitted) & (fitted > 0), fitted,
-                          exponential_tail(beyond, stage_delta))
-        eta = tf.where(tf.size(beyond) > 0, eta + fitted, eta)
+        m = exceedance_moments(x, eta)
+        fitted = tail(m, stage_delta)
+        fitted = tf.where(tf.math.is_finite(fitted) & (fitted > 0), fitted, exponential_tail(m, stage_delta))
+        eta = tf.where(m.count > 0, eta + fitted, eta)
     return eta
 
 
@@ -103,11 +124,20 @@ class SIDCoCompressor(SparseCompressor):
         _check("family", family, family in FAMILIES, f"one of {FAMILIES}")
         self.delta, self.stages, self.family = delta, stages, family
 
-    def select(self, acc, grad, slot):
-        magnitude = tf.abs(acc)
-        eta = multistage_threshold(tf.cast(magnitude, tf.float64), self.delta, self.stages, self.family)
-        indices = tf.cast(tf.where(magnitude > tf.cast(eta, acc.dtype))[:, 0], tf.int32)
-        return indices, {"threshold": eta}
+    def prepare(self, residual, grad, state, slot):
+        return self._threshold(residual, grad, state)
+
+    @tf.function(jit_compile=True)
+    def _threshold(self, residual, grad, state):
+        """The threshold on ``|acc|``: ``acc`` and every stage's fit in one compiled call."""
+        acc, _ = self.accumulate(residual, grad, state)
+        return multistage_threshold(tf.cast(tf.abs(acc), tf.float64), self.delta, self.stages, self.family)
+
+    def mask(self, acc, grad, state, plan):
+        return tf.abs(acc) > tf.cast(plan, acc.dtype)
+
+    def select(self, swept, grad, slot):
+        return swept.candidates.indices, {"threshold": swept.plan}
 
 
 def _check(name, value, ok, valid):

@@ -29,6 +29,7 @@ import math
 
 import tensorflow as tf
 
+from hvd_gradpart import fused
 from hvd_gradpart.compressors.base import SparseCompressor
 
 SOURCES = ("steps", "microbatches")
@@ -97,17 +98,28 @@ class VarianceCompressor(SparseCompressor):
             self.observed[i].assign(variance)
         self._cursor = 0
 
-    def step_variance(self, grad, slot):
-        """This step's variance ``s`` of each element of ``grad``."""
+    def inputs(self, slot, grad):
+        state = super().inputs(slot, grad)
         if self.variance == "microbatches":
-            return self._next_observed(grad)
-        s, b = slot.state, tf.cast(self.moment_decay, grad.dtype)
-        s["steps"].assign_add(tf.constant(1.0, tf.float64))
-        s["mean"].assign(b * s["mean"] + (1 - b) * grad)
-        s["square"].assign(b * s["square"] + (1 - b) * tf.square(grad))
-        correction = tf.cast(1 - tf.pow(tf.constant(self.moment_decay, tf.float64), s["steps"]), grad.dtype)
-        mean, square = s["mean"] / correction, s["square"] / correction
-        return tf.maximum(square - tf.square(mean), 0)
+            state["observed"] = self._next_observed(grad)
+        return state
+
+    def accumulate(self, residual, grad, state):
+        if self.variance == "microbatches":
+            next_state = {"v": state["v"] + state["observed"]}
+        else:
+            next_state = self._moments(grad, state)
+        return residual + grad, next_state
+
+    def _moments(self, grad, state):
+        """The ``"steps"`` estimate of ``s`` added to ``v``, with the EMAs it updates."""
+        b = tf.cast(self.moment_decay, grad.dtype)
+        steps = state["steps"] + 1
+        mean = b * state["mean"] + (1 - b) * grad
+        square = b * state["square"] + (1 - b) * tf.square(grad)
+        correction = tf.cast(1 - tf.pow(tf.constant(self.moment_decay, tf.float64), steps), grad.dtype)
+        s = tf.maximum(square / correction - tf.square(mean / correction), 0)
+        return {"v": state["v"] + s, "steps": steps, "mean": mean, "square": square}
 
     def _next_observed(self, grad):
         i = self._cursor
@@ -122,16 +134,14 @@ class VarianceCompressor(SparseCompressor):
         self._cursor += 1
         return observed.read_value()
 
-    def select(self, acc, grad, slot):
-        v = slot.state["v"]
-        v.assign_add(self.step_variance(grad, slot))
-        mask = tf.square(acc) > tf.cast(self.alpha, acc.dtype) * v
-        return tf.cast(tf.where(mask)[:, 0], tf.int32), {}
+    def mask(self, acc, grad, state, plan):
+        return tf.square(acc) > tf.cast(self.alpha, acc.dtype) * state["v"]
 
-    def after_send(self, slot, indices):
-        v = slot.state["v"]
-        decayed = v * tf.cast(self.zeta, v.dtype)
-        v.assign(tf.tensor_scatter_nd_update(decayed, indices[:, None], tf.zeros_like(indices, v.dtype)))
+    def select(self, swept, grad, slot):
+        return swept.candidates.indices, {}
+
+    def after_send(self, state, indices):
+        return {**state, "v": fused.zero_at(state["v"] * tf.cast(self.zeta, state["v"].dtype), indices)}
 
 
 def _check(name, value, ok, valid):
