@@ -14,7 +14,7 @@ Entry points (``python -m benchmarks.<name>``):
     ``throughput``: one launch timing every method (run under ``horovodrun``).
     ``report``: tables, CSV/JSON summaries and plots; fills the generated blocks of the docs.
     ``table``: the Markdown throughput table of a ``throughput.jsonl``.
-    ``cost``: compress + decompress time of GradPart against Top-k, one process.
+    ``cost``: compress + decompress time of every sparse method against one memory pass, one process.
     ``calibrate``: one compressor's density, ratio and accuracy per epoch, one process.
     ``threshold_variants``: short-run accuracy of GradPart's threshold variants, one process.
     ``simulate``: W data-parallel workers simulated exactly in one process (method studies:

@@ -1,9 +1,21 @@
-"""Compress + decompress cost per step: GradPart against exact Top-k at the same density.
+"""Compress + decompress cost of every sparse method, as a multiple of one memory pass.
 
     python -m benchmarks.cost --out benchmarks/results/cost.json
 
-One process, one TF thread, the two methods' calls interleaved; gradients are Laplace draws, a fresh one each call (cycled from a
-precomputed set so that drawing them costs nothing inside the timing).
+The reference is one elementwise pass that reads the gradient and the residual and writes the
+residual (``residual.assign_add(grad)`` in a ``tf.function``), the least an error-feedback step
+must do. One process, one TF thread; Horovod runs at size 1 and the sparse methods' own
+exchange (one-rank allgather, decode into the dense result) is timed with them. Gradients are
+Laplace draws, a fresh one each call (cycled from a precomputed set so that drawing them costs
+nothing inside the timing). For each size every method and the reference run interleaved, call
+by call, so that load from other processes falls on all of them alike; figures are medians.
+
+Methods run at their defaults except: exact Top-k at GradPart's density after as many calls
+as are timed (the comparison at equal bytes), DGC without its warm-up (the density it
+trains at). Each method's density is that of its last timed call: the exchange's share of the
+cost (indices, payload, decoding) grows with it. A one-rank allgather still waits for Horovod's
+background cycle: the run uses a 0.1 ms cycle unless ``HOROVOD_CYCLE_TIME`` is set, and reports
+the time of a bare allgather of one header row, the part of each figure that is that wait.
 """
 import argparse
 import json
@@ -12,32 +24,75 @@ import statistics
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("HOROVOD_CYCLE_TIME", "0.1")
 
 import horovod.tensorflow as hvd  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from hvd_gradpart import GradPartCompressor, TopKCompressor, summary  # noqa: E402
+from hvd_gradpart import get_compressor, summary  # noqa: E402
+
+WARMUP_CALLS = 8
 
 
-def per_call_ms(compressors, grads, calls):
-    """Median ms per compress + decompress of each compressor, calls interleaved so that
-    load from other processes falls on all of them alike."""
-    runs = [tf.function(lambda g, c=c: c.decompress(*c.compress(g))) for c in compressors]
-    for run in runs:
-        for g in grads:
-            run(g).numpy()
-    times = [[] for _ in runs]
+def reference_pass(n):
+    """``residual.assign_add(grad)`` on an ``n``-element float32 residual, in a ``tf.function``."""
+    residual = tf.Variable(tf.zeros([n]), trainable=False)
+
+    @tf.function
+    def run(grad):
+        residual.assign_add(grad, read_value=False)
+        return tf.zeros([1])
+
+    return run
+
+
+def bare_allgather():
+    """One header-sized allgather: the exchange's fixed wait at size 1."""
+    return tf.function(lambda grad: hvd.allgather(tf.zeros([1, 6], tf.uint8)))
+
+
+def step(compressor):
+    """Compress + decompress of one gradient, in a ``tf.function`` that returns one element
+    of the dense result (as the reference returns one), so no copy out is timed."""
+    return tf.function(lambda grad: tf.reshape(compressor.decompress(*compressor.compress(grad)), [-1])[:1])
+
+
+def median_ms(runs, grads, calls):
+    """``{name: median ms per call}``, the runs' calls interleaved."""
+    for run in runs.values():
+        for i in range(WARMUP_CALLS):
+            run(grads[i % len(grads)]).numpy()
+    spent = {name: [] for name in runs}
     for i in range(calls):
-        for run, spent in zip(runs, times):
+        for name, run in runs.items():
             start = time.perf_counter()
             run(grads[i % len(grads)]).numpy()
-            spent.append(time.perf_counter() - start)
-    return [1e3 * statistics.median(spent) for spent in times]
+            spent[name].append(time.perf_counter() - start)
+    return {name: 1e3 * statistics.median(times) for name, times in spent.items()}
+
+
+def measure(n, calls):
+    """One size's row: the reference pass, the bare allgather and every method."""
+    rs = np.random.RandomState(n)
+    grads = [tf.constant(rs.laplace(0, 1e-3, n).astype(np.float32)) for _ in range(4)]
+    gradpart = get_compressor("gradpart")
+    settle = step(gradpart)
+    for i in range(calls):
+        settle(grads[i % len(grads)]).numpy()
+    compressors = {"gradpart": gradpart, "topk": get_compressor("topk", ratio=summary(gradpart)["last_density"]),
+                   "dgc": get_compressor("dgc", warmup_steps=0), "sidco": get_compressor("sidco"),
+                   "variance": get_compressor("variance")}
+    runs = {"reference": reference_pass(n), "allgather": bare_allgather(),
+            **{name: step(c) for name, c in compressors.items()}}
+    ms = median_ms(runs, grads, calls)
+    methods = {name: {"ms": ms[name], "x_reference": ms[name] / ms["reference"],
+                      "density": summary(c)["last_density"]} for name, c in compressors.items()}
+    return {"elements": n, "reference_ms": ms["reference"], "allgather_ms": ms["allgather"], "methods": methods}
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=int, nargs="+", default=[1 << 20, 1 << 22])
     p.add_argument("--calls", type=int, default=30)
     p.add_argument("--out", default="benchmarks/results/cost.json")
@@ -47,16 +102,15 @@ def main():
     hvd.init()
     rows = []
     for n in args.sizes:
-        rs = np.random.RandomState(n)
-        grads = [tf.constant(rs.laplace(0, 1e-3, n).astype(np.float32)) for _ in range(4)]
-        gradpart = GradPartCompressor()
-        per_call_ms([gradpart], grads, args.calls)  # settles the density
-        density = summary(gradpart)["last_density"]
-        gp_ms, topk_ms = per_call_ms([gradpart, TopKCompressor(ratio=density)], grads, args.calls)
-        rows.append({"elements": n, "gradpart_density": density, "gradpart_ms": gp_ms, "topk_ms": topk_ms})
-        print(f"n={n}: gradpart {gp_ms:.2f} ms at density {density:.5f}; top-k {topk_ms:.2f} ms", flush=True)
+        row = measure(n, args.calls)
+        rows.append(row)
+        print(f"n={n}: reference pass {row['reference_ms']:.2f} ms, one-rank allgather {row['allgather_ms']:.2f} ms",
+              flush=True)
+        for name, m in row["methods"].items():
+            print(f"  {name:9s} {m['ms']:7.2f} ms  {m['x_reference']:5.2f}x  density {m['density']:.5f}", flush=True)
     with open(args.out, "w") as f:
-        json.dump({"threads": 1, "rows": rows}, f, indent=1)
+        json.dump({"threads": 1, "calls": args.calls, "horovod_cycle_time_ms": float(os.environ["HOROVOD_CYCLE_TIME"]),
+                   "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
