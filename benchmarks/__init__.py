@@ -9,6 +9,7 @@ Drivers (edge cluster, root):
     ``throughput.sh``: samples/s of every method per model and link rate.
     ``convergence.sh``: training runs of one model with several compressor set-ups.
     ``scaling.sh``: the throughput benchmark on 2 and on 4 nodes.
+    ``wire.sh``: link bytes per step and per idle second under several Horovod settings.
 
 Entry points (``python -m benchmarks.<name>``):
     ``throughput``: one launch timing every method (run under ``horovodrun``).
@@ -19,6 +20,8 @@ Entry points (``python -m benchmarks.<name>``):
     ``threshold_variants``: short-run accuracy of GradPart's threshold variants, one process.
     ``simulate``: W data-parallel workers simulated exactly in one process (method studies:
     accuracy every quarter epoch, realized density and ratio, over seeds).
+    ``wire``: link bytes per training step and per idle second (run under ``horovodrun``).
+    ``wire_table``: the Markdown table of a ``wire.jsonl``.
 
 Library modules: ``records`` (reading result files, derived figures), ``targets`` (the
 evaluation's targets checked against results), ``scaling`` (the analytic scaling model),
