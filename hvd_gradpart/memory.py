@@ -30,6 +30,7 @@ from tensorflow.python.eager.polymorphic_function.polymorphic_function import Fu
 import tensorflow as tf
 
 from hvd_gradpart.metrics import TensorMetrics
+from hvd_gradpart.pacing import Pacer
 
 _BRANCH_GRAPHS = ("CondBranchFuncGraph", "WhileCondFuncGraph", "WhileBodyFuncGraph")
 
@@ -83,9 +84,10 @@ def _clean(name):
 
 
 class Slot(tf.Module):
-    """State of one gradient: its residual plus any per-method variables."""
+    """State of one gradient: its residual, any per-method variables and,
+    when the compressor paces, its ``Pacer`` (else None)."""
 
-    def __init__(self, key, shape, dtype, state_spec):
+    def __init__(self, key, shape, dtype, state_spec, paced=False):
         super().__init__(name=None)
         self.key = key
         self.shape = tf.TensorShape(shape)
@@ -93,6 +95,7 @@ class Slot(tf.Module):
         self.residual = tf.Variable(tf.zeros([n], dtype), trainable=False, name="residual")
         self.state = {name: tf.Variable(init(n, dtype), trainable=False, name=name)
                       for name, init in state_spec.items()}
+        self.pacer = Pacer(n, dtype) if paced else None
         self.metrics = TensorMetrics()
 
 
@@ -116,8 +119,8 @@ class Memory(tf.Module):
         self._calls[graph] = k + 1
         return f"{_clean(graph.name)}/{k}"
 
-    def slot(self, tensor, state_spec=None):
-        """The slot for ``tensor``, created on first use.
+    def slot(self, tensor, state_spec=None, paced=False):
+        """The slot for ``tensor``, created on first use (with a ``Pacer`` when ``paced``).
 
         Raises:
             ValueError: a retrace handed this call position a gradient of a
@@ -127,7 +130,7 @@ class Memory(tf.Module):
         found = self.slots.get(key)
         if found is None:
             with tf.init_scope():
-                found = Slot(key, tensor.shape, tensor.dtype, state_spec or {})
+                found = Slot(key, tensor.shape, tensor.dtype, state_spec or {}, paced)
                 self.slots[key] = found
         elif found.shape != tensor.shape or found.residual.dtype != tensor.dtype:
             raise ValueError(

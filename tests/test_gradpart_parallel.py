@@ -13,3 +13,8 @@ def test_gradpart_trains_digits_on_two_ranks():
     assert len(accuracy) == 2 and len(set(accuracy)) == 1 and accuracy[0] > 0.8, out[-3000:]
     assert len(ratios) == 2 and min(ratios) > 100, out[-3000:]
     assert len(densities) == 10 and all(1e-4 <= d <= 2e-2 for d in densities), out[-3000:]
+
+
+def test_pacing_conserves_what_was_delivered_and_stays_identical_on_ranks():
+    out = horovodrun("pacing_check.py", np=2, backend="gloo", timeout=240)
+    assert "OK pacing checks passed on 2 ranks" in out, out[-3000:]

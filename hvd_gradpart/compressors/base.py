@@ -21,7 +21,7 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 from horovod.tensorflow.compression import Compressor
 
-from hvd_gradpart import exchange, fused
+from hvd_gradpart import exchange, fused, pacing
 from hvd_gradpart.memory import Memory, SharedWhileTracing, function_graph
 
 _LOG = logging.getLogger("hvd_gradpart")
@@ -58,18 +58,24 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
             or, for float dtypes other than float32, in the exchange's allgather.
         value_encoding: "native" sends values in the gradient's dtype,
             "fp16" in float16 (the rounding error stays in the residual).
+        pace: hand each delivered sum to the optimizer over as many steps as
+            it took to accumulate (``hvd_gradpart.pacing``), as adaptive
+            optimizers (Adam, RMSprop, Adagrad) need.
     """
 
     _defaults = {}
     _TF_MODULE_IGNORED_PROPERTIES = tf.Module._TF_MODULE_IGNORED_PROPERTIES | {"_alone"}
 
-    def __init__(self, min_elements=1024, value_encoding="native"):
+    def __init__(self, min_elements=1024, value_encoding="native", pace=False):
         tf.Module.__init__(self, name=type(self).__name__)
         if not isinstance(min_elements, int) or min_elements < 0:
             raise ValueError(f"min_elements must be an int >= 0, got {min_elements!r}")
         exchange.wire_dtype(tf.float32, value_encoding)
+        if not isinstance(pace, bool):
+            raise ValueError(f"pace must be True or False, got {pace!r}")
         self.min_elements = min_elements
         self.value_encoding = value_encoding
+        self.pace = pace
         self.memory = Memory()
         self._alone = weakref.WeakKeyDictionary()
         self._hinted = False
@@ -208,7 +214,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         """Selects, updates the residual, gathers; returns ``(marker, ctx)``."""
         if not self.sparsifies(tensor):
             return self._whole(tensor) if _travels_whole(tensor) else (tensor, None)
-        slot = self.memory.slot(tensor, self.state_spec())
+        slot = self.memory.slot(tensor, self.state_spec(), self.pace)
         n = tensor.shape.num_elements()
         what = f"gradient {slot.key} ({tensor.dtype.name}{tensor.shape})"
         grad = tf.reshape(tensor, [-1])
@@ -226,7 +232,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
             **diagnostics)
         mismatch = (f"hvd_gradpart: ranks disagree on {what} under {setting}: every rank must build "
                     "the same model and the same compressor settings")
-        return exchange.marker(), (ticket, tensor, mismatch, self.value_encoding)
+        return exchange.marker(), (ticket, tensor, mismatch, self.value_encoding, slot.pacer)
 
     def _whole(self, tensor):
         """Queues every element of a small float tensor whose dtype is not the marker's."""
@@ -236,7 +242,8 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         encoded = exchange.encode(tf.reshape(tensor, [-1]), tf.range(n), "native", header)
         mismatch = (f"hvd_gradpart: ranks disagree on {what}: every rank must build the same model "
                     "and the same compressor settings")
-        return exchange.marker(), (exchange.enqueue(encoded, header, what), tensor, mismatch, "native")
+        return exchange.marker(), (exchange.enqueue(encoded, header, what), tensor, mismatch, "native",
+                                   None)
 
     def _hint_if_per_tensor(self, reduced):
         """Logs ``PER_TENSOR_HINT`` once (rank 0) when a second gradient of one
@@ -253,13 +260,16 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
 
     @_OnDefaultInstance
     def decompress(self, tensor, ctx):
-        """Decodes the gathered selections, scaled by the reduced marker; dense passes through."""
+        """Decodes the gathered selections, scaled by the reduced marker (and
+        paced when the compressor paces); dense passes through."""
         if ctx is None:
             return tensor
-        ticket, original, mismatch, encoding = ctx
+        ticket, original, mismatch, encoding, pacer = ctx
         self._hint_if_per_tensor(tensor)
         total = exchange.decode_sum(ticket.rows(), original.shape.num_elements(), original.dtype,
                                     encoding, exchange.marker_scale(tensor), mismatch)
+        if pacer is not None:
+            total = pacer.release(total)
         return tf.reshape(total, original.shape)
 
 
