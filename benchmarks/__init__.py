@@ -22,8 +22,10 @@ Entry points (``python -m benchmarks.<name>``):
     accuracy every quarter epoch, realized density and ratio, over seeds).
     ``wire``: link bytes per training step and per idle second (run under ``horovodrun``).
     ``wire_table``: the Markdown table of a ``wire.jsonl``.
+    ``grouped``: per-tensor against grouped exchange, collectives per step from Horovod's
+    timeline and step time (run under ``horovodrun``).
 
-Library modules: ``records`` (reading result files, derived figures), ``targets`` (the
+Library modules: ``timeline`` (collectives in a Horovod timeline), ``records`` (reading result files, derived figures), ``targets`` (the
 evaluation's targets checked against results), ``scaling`` (the analytic scaling model),
 ``plots`` (the figures).
 """

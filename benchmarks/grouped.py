@@ -1,0 +1,134 @@
+"""The grouped exchange against Horovod's per-tensor path: collectives per step and step time.
+
+    horovodrun -np 2 -H localhost:2 python -m benchmarks.grouped \
+        --models mlp lenet5 resnet20 --out benchmarks/results/grouped.jsonl
+
+For each model (batch 64 per rank of synthetic data shaped as MNIST, or as CIFAR-10 for
+``resnet20``; one TF thread pair per rank) and each of GradPart, Top-k (1 %) and no
+compression, builds ``training.make_step`` with ``num_groups`` 0 (every gradient on its own)
+and 1 (one group), plus the compute-only step. Each case first runs ``--timeline-steps``
+steps under Horovod's timeline (``benchmarks.timeline`` counts the collectives and times
+them), then every case is timed in round-robin windows of ``--steps`` steps, so that all see
+the same machine load. Rank 0 writes one JSON row per case and a Markdown table beside it.
+"""
+import argparse
+import json
+import os
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import horovod.tensorflow as hvd  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from benchmarks import timeline  # noqa: E402
+from hvd_gradpart import get_compressor, training  # noqa: E402
+from hvd_gradpart.models import MODELS, build_model  # noqa: E402
+
+METHODS = {"gradpart": {}, "topk": {"ratio": 0.01}, "none": None}
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="+", choices=MODELS, default=["mlp", "lenet5"])
+    p.add_argument("--steps", type=int, default=20, help="steps per timing window")
+    p.add_argument("--windows", type=int, default=5, help="timing windows per case")
+    p.add_argument("--timeline-steps", type=int, default=5, help="steps recorded in the timeline")
+    p.add_argument("--out", default="benchmarks/results/grouped.jsonl")
+    return p.parse_args()
+
+
+def cases(name, shape):
+    """``{(method, num_groups): step}``: compute-only, then each method per tensor and grouped."""
+    steps = {}
+    for method, groups in [("compute-only", 0)] + [(m, g) for m in METHODS for g in (0, 1)]:
+        options = METHODS.get(method)
+        compression = get_compressor(method, **(options or {})) if method in METHODS else None
+        steps[method, groups] = training.make_step(
+            build_model(name, shape, 10), tf.keras.optimizers.SGD(0.01), compression,
+            communicate=compression is not None, num_groups=groups)
+    return steps
+
+
+def recorded(step, batch, steps, path):
+    """Collectives per step of ``steps`` steps under the timeline (rank 0 writes the file)."""
+    hvd.start_timeline(path)
+    training.time_steps(step, batch, steps, warmup=0, windows=1)
+    hvd.stop_timeline()
+    if hvd.rank() != 0:
+        return {}
+    events = settled(path)
+    os.remove(path)
+    return timeline.per_step(timeline.collectives(events), steps)
+
+
+def settled(path, wait_s=20.0):
+    """The timeline's events once Horovod's writer thread has flushed them (the file parses and
+    stops growing)."""
+    last = None
+    for _ in range(int(wait_s / 0.25)):
+        time.sleep(0.25)
+        size = os.path.getsize(path) if os.path.exists(path) else 0
+        if size and size == last:
+            try:
+                return timeline.load(path)
+            except ValueError:
+                pass
+        last = size
+    raise RuntimeError(f"Horovod's timeline {path} was not written within {wait_s:.0f} s")
+
+
+def markdown(rows):
+    """The table of ``rows``: step time against compute-only, and the collectives of a step."""
+    lines = ["| model | method | groups | ms/step (median, min) | over compute-only | collectives per step |",
+             "|---|---|---|---|---|---|"]
+    bound = {r["model"]: r["median_ms"] for r in rows if r["method"] == "compute-only"}
+    for r in rows:
+        ops = ", ".join(f"{c['per_step']:g} {op} ({c['tensors_each']:g} tensors, {c['median_ms']:.2f} ms)"
+                        for op, c in r["collectives"].items()) or "-"
+        over = r["median_ms"] / bound[r["model"]]
+        lines.append(f"| {r['model']} | {r['method']} | {r['num_groups'] or 'per tensor'} | "
+                     f"{r['median_ms']:.1f}, {r['min_ms']:.1f} | {over:.2f}x | {ops} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    args = parse_args()
+    os.environ.setdefault("HOROVOD_TIMELINE", "DYNAMIC")  # hvd.start_timeline needs it at init
+    hvd.init()
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    rng = np.random.default_rng(hvd.rank())
+    rows = []
+    for name in args.models:
+        shape = (32, 32, 3) if name == "resnet20" else (28, 28, 1)
+        batch = (tf.constant(rng.random((64, *shape), dtype=np.float32)),
+                 tf.constant(rng.integers(0, 10, 64).astype(np.int32)))
+        steps = cases(name, shape)
+        found = {}
+        for case, step in steps.items():
+            training.time_steps(step, batch, 5, warmup=5, windows=1)
+            if case[0] != "compute-only":  # no collective, so Horovod writes no timeline
+                found[case] = recorded(step, batch, args.timeline_steps, f"{args.out}.timeline.json")
+                hvd.join()  # rank 1 waits while rank 0 reads the timeline
+        times = {case: [] for case in steps}
+        for _ in range(args.windows):
+            for case, step in steps.items():
+                times[case].append(training.time_steps(step, batch, args.steps, warmup=0, windows=1)[0])
+        for (method, groups), windows in times.items():
+            rows.append({"model": name, "method": method, "num_groups": groups,
+                         "median_ms": round(1e3 * statistics.median(windows), 2),
+                         "min_ms": round(1e3 * min(windows), 2),
+                         "collectives": found.get((method, groups), {})})
+    if hvd.rank() == 0:
+        with open(args.out, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+        with open(args.out.rsplit(".", 1)[0] + ".md", "w") as f:
+            f.write(markdown(rows))
+        print(markdown(rows))
+
+
+if __name__ == "__main__":
+    main()
