@@ -6,24 +6,25 @@ traced twice, a synthetic ``tf.keras.applications`` benchmark, a
 ``horovod.run`` call) and checks inside itself that ranks end bit-identical
 and that its checkpoint restores the trained weights. The training shapes
 train the same model from the same seed with ``none`` and with ``gradpart``
-in one launch, with Adam, as those examples do.
+in one launch, with Adam, as those examples do; GradPart is built with
+``pace=True``, as docs/algorithm.md advises for adaptive optimizers.
 
 Tolerance. Measured with these scripts on Gloo, seeds 0, 1, 2 (accuracy
-without / with GradPart, gap in points, GradPart's ratio):
+without / with GradPart, gap in points; docs/algorithm.md, section 9):
 
-- Keras fit, mnist5k, 372 steps: 0.962/0.931, 0.957/0.923, 0.957/0.930:
-  -3.1, -3.4, -2.7 at 584x, 392x, 439x;
-- ``tf.function`` loop, same model and steps: 0.961/0.930, 0.953/0.930,
-  0.960/0.928: -3.1, -2.3, -3.2 at 588x, 398x, 483x;
-- ``horovod.run``, digits, 330 steps: 0.961/0.947, 0.978/0.950, 0.981/0.944:
-  -1.4, -2.8, -3.6 at 135x, 133x, 136x.
+- Keras fit, mnist5k, 372 steps, paced: 0.962/0.941, 0.957/0.932,
+  0.957/0.948: -2.1, -2.5, -0.9 at 505x, 352x, 368x (unpaced: -3.1, -3.4, -2.7);
+- ``tf.function`` loop, same model and steps, paced: 0.961/0.926,
+  0.953/0.926, 0.960/0.948: -3.5, -2.7, -1.2 (unpaced: -3.1, -2.3, -3.2);
+- ``horovod.run``, digits, 330 steps, unpaced: 0.961/0.947, 0.978/0.950,
+  0.981/0.944: -1.4, -2.8, -3.6 at 135x, 133x, 136x; paced, seed 0: 0.961/0.939.
 
 The uncompressed accuracy moves between seeds by 0.5 (Keras fit), 0.8
 (``tf.function`` loop) and 2.0 points (digits: 360 test images). Each
 bound is the largest gap measured plus that spread, rounded up: it catches a
 GradPart that stops training properly, not the gap itself, which is GradPart's
-known shortfall under Adam on runs this short (issue 15; it is 1.0 to 1.7
-points after 12 epochs, and none under SGD).
+known shortfall under Adam on runs this short (about 2 points with pacing,
+3 without; none under SGD).
 
 Cost: a training launch used 75 to 90 s of CPU over its two ranks here
 (both trainings), the synthetic benchmark 135 s (tracing and compiling 83
@@ -39,7 +40,7 @@ import pytest
 
 from conftest import PARALLEL, horovodrun, launch_env
 
-TOLERANCE = {"keras_fit_client.py": 0.04, "tape_step_client.py": 0.04, "run_api_client.py": 0.06}
+TOLERANCE = {"keras_fit_client.py": 0.04, "tape_step_client.py": 0.05, "run_api_client.py": 0.06}
 
 
 def results(output):

@@ -60,7 +60,8 @@ def train(name):
               .shuffle(len(x_train), seed=args.seed + hvd.rank()).repeat().batch(args.batch_size))
     model = build_model()
     loss = tf.keras.losses.SparseCategoricalCrossentropy()
-    compression = get_compressor(name)
+    # GradPart paces its deliveries for an adaptive optimizer (docs/algorithm.md, Pacing).
+    compression = get_compressor(name, **({"pace": True} if name == "gradpart" else {}))
 
     # Horovod: scale the learning rate by the number of workers.
     opt = tf.keras.optimizers.Adam(args.lr * hvd.size())
