@@ -53,14 +53,14 @@ def ok(name):
 class NothingOnRank1(TopKCompressor):
     """Rank 1 selects nothing; the others select their top-k."""
 
-    def select(self, acc, grad, slot):
+    def select(self, swept, grad, slot):
         if hvd.rank() == 1:
             return tf.zeros([0], tf.int32), {}
-        return super().select(acc, grad, slot)
+        return super().select(swept, grad, slot)
 
 
 class NothingAnywhere(TopKCompressor):
     """No rank selects anything."""
 
-    def select(self, acc, grad, slot):
+    def select(self, swept, grad, slot):
         return tf.zeros([0], tf.int32), {}
