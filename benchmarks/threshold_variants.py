@@ -36,7 +36,7 @@ def with_factor(factor, value):
         f = tf.cast(factor(steps, n, value), tf.float64)
         return fit, key_size, edge, tau_key * f, tau_sparse * f
 
-    return tf.function(scaled, jit_compile=True)
+    return tf.function(scaled, jit_compile=True, reduce_retracing=True, autograph=False)
 
 
 def main():

@@ -35,12 +35,13 @@ def partition(grad, fit):
 
 
 def area_sizes(sample, fit, n):
-    """Key and sparse area sizes of an ``n``-element gradient, estimated from
-    its strided ``sample`` (O(sample), not O(n))."""
+    """Key and sparse area sizes (float64, whole numbers) of an ``n``-element
+    gradient (``n`` an int or a float64 tensor), estimated from its strided
+    ``sample`` (O(sample), not O(n))."""
     edge = boundary(fit)
     beyond = tf.abs(tf.cast(sample, tf.float64) - fit.mu) > edge
-    key = tf.cast(tf.round(tf.reduce_mean(tf.cast(beyond, tf.float64)) * n), tf.int64)
-    return key, tf.constant(n, tf.int64) - key
+    key = tf.round(tf.reduce_mean(tf.cast(beyond, tf.float64)) * n)
+    return key, n - key
 
 
 def select_mask(acc, grad, mu, edge, tau_key, tau_sparse):

@@ -67,17 +67,17 @@ class GradPartCompressor(SparseCompressor):
     def state_spec(self):
         return {"mu": _SCALAR(0.0), "alpha": _SCALAR(1.0), "beta": _SCALAR(2.0), "steps": _SCALAR(0.0)}
 
-    @tf.function(jit_compile=True)
+    @tf.function(jit_compile=True, reduce_retracing=True, autograph=False)
     def plan(self, sample, previous, steps, n):
         """Predicted fit, key-area size, boundary and thresholds for an
         ``n``-element gradient, from its strided ``sample``: O(sample), one
-        compiled call.
+        compiled call, traced once per sample shape (``n`` is a tensor).
 
         Args:
             sample: strided sample of the fresh gradient (zeros are ignored).
             previous: the last prediction (``stats.Fit``).
             steps: how many steps the prediction has seen.
-            n: the gradient's size (a Python int).
+            n: the gradient's size (a float64 scalar tensor).
         """
         nonzero = tf.not_equal(sample, 0)
         current = stats.fit(sample, None if self.use_fit else stats.GAUSSIAN, weights=nonzero)
@@ -88,7 +88,7 @@ class GradPartCompressor(SparseCompressor):
             key_size, sparse_size = partition.area_sizes(sample, fit, n)
             edge = partition.boundary(fit)
         else:
-            key_size, sparse_size = tf.constant(0, tf.int64), tf.constant(n, tf.int64)
+            key_size, sparse_size = tf.constant(0.0, tf.float64), n
             edge = tf.constant(float("inf"), tf.float64)
         tau_sparse = self.area_threshold(fit, sparse_size)
         tau_key = self.area_threshold(fit, key_size) if self.use_partition else tau_sparse
@@ -105,7 +105,7 @@ class GradPartCompressor(SparseCompressor):
         previous = stats.Fit(s["mu"].read_value(), s["alpha"].read_value(), s["beta"].read_value(),
                              tf.constant(stats.GAUSSIAN))
         return self.plan(stats.strided_sample(grad, self.sample_size), previous, s["steps"].read_value(),
-                         grad.shape.num_elements())
+                         tf.constant(grad.shape.num_elements(), tf.float64))
 
     def mask(self, acc, grad, state, plan):
         fit, _, edge, tau_key, tau_sparse = plan
@@ -126,13 +126,14 @@ class GradPartCompressor(SparseCompressor):
 
     def guard(self, acc, candidates):
         """The candidates' indices, or exact top-k (``topk.top_k``) at the
-        floor or ceiling when their count leaves them."""
+        floor or ceiling when their count leaves them (one top-k traced, its
+        k chosen at run time)."""
         n = acc.shape.num_elements()
         low = min(n, max(1, math.ceil(self.density_floor * n))) if self.density_floor > 0 else 0
         high = max(low, math.floor(self.density_ceiling * n))
-        top = lambda k: lambda: topk.top_k(acc, k)
         count = candidates.count
-        return tf.case([(count < low, top(low)), (count > high, top(high))], default=lambda: candidates.indices)
+        k = tf.where(count < low, low, high)
+        return tf.cond((count < low) | (count > high), lambda: topk.top_k(acc, k), lambda: candidates.indices)
 
 
 def _check(name, value, ok, valid):

@@ -62,14 +62,19 @@ def _top(values, k):
 
 def sampled_threshold(sample, k, n):
     """A magnitude at least ``k`` elements of an ``n``-element tensor probably
-    reach (module doc), from its strided ``sample``; None when the sample
-    cannot narrow ``k`` down."""
+    reach (module doc), from its strided ``sample``. When the sample cannot
+    narrow ``k`` down: None for an int ``k``, +inf (no candidates) for a
+    tensor ``k``."""
     sample = tf.abs(sample)
-    expected = k * sample.shape.num_elements() / n
-    rank = math.ceil(expected + 3 * math.sqrt(expected) + 2)
-    if rank >= sample.shape.num_elements():
-        return None
-    return tf.reduce_min(tf.math.top_k(sample, k=rank, sorted=False).values)
+    m = sample.shape.num_elements()
+    if isinstance(k, int):
+        expected = k * m / n
+        rank = math.ceil(expected + 3 * math.sqrt(expected) + 2)
+        return None if rank >= m else tf.reduce_min(tf.math.top_k(sample, k=rank, sorted=False).values)
+    expected = tf.cast(k, tf.float64) * m / n
+    rank = tf.cast(tf.math.ceil(expected + 3 * tf.sqrt(expected) + 2), tf.int32)
+    t = tf.reduce_min(tf.math.top_k(sample, k=tf.minimum(rank, m), sorted=False).values)
+    return tf.where(rank < m, t, tf.constant(float("inf"), sample.dtype))
 
 
 def exact_top_k(x, candidates, k):
@@ -80,7 +85,7 @@ def exact_top_k(x, candidates, k):
     return tf.cond(candidates.count >= k, among, lambda: _top(x, k))
 
 
-@tf.function(jit_compile=True)
+@tf.function(jit_compile=True, autograph=False)
 def _at_least(x, t):
     magnitude = tf.abs(x)
     return fused.mask_bytes(x, (magnitude >= t) & (magnitude > 0))
@@ -88,8 +93,8 @@ def _at_least(x, t):
 
 def top_k(x, k):
     """Indices of the ``k`` entries of largest magnitude of flat, finite ``x``
-    (an int ``k``), by the module doc's route: a sampled threshold, one
-    compiled mask pass, then ``exact_top_k``."""
+    (``k`` an int or an int32 scalar tensor), by the module doc's route: a
+    sampled threshold, one compiled mask pass, then ``exact_top_k``."""
     n = x.shape.num_elements()
     t = sampled_threshold(stats.strided_sample(x, SAMPLE_SIZE), k, n)
     if t is None:
