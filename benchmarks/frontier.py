@@ -8,7 +8,8 @@ far, test accuracy); every other run's accuracy is compared with the frontier's,
 interpolated in log ratio at that run's own ratio so far (the bytes it has spent), same seed
 and evaluation. A positive cell means more accurate than Top-k for the same bytes. Cells are
 mean +- half range over the seeds; ``beyond`` when the run's ratio lies outside the Top-k
-ratios of some seed (no interpolation, no extrapolation).
+ratios of some seed (no interpolation, no extrapolation). A second table gives every
+compressed run's accuracy less no compression's (run ``none``), same seed and evaluation.
 """
 import argparse
 import bisect
@@ -53,6 +54,17 @@ def gaps(records):
     return out
 
 
+def gaps_to_none(records):
+    """``{(model, run): {epoch: [(accuracy - none's, ratio) per seed]}}`` for runs with a ratio."""
+    none = {(r["model"], r["seed"], r["epoch"]): r["test_acc"] for r in records if r["compressor"] == "none"}
+    out = collections.defaultdict(lambda: collections.defaultdict(list))
+    for r in records:
+        key = (r["model"], r["seed"], r["epoch"])
+        if r["ratio_total"] and key in none:
+            out[(r["model"], r["run"])][r["epoch"]].append((r["test_acc"] - none[key], r["ratio_total"]))
+    return out
+
+
 def cell(values):
     """``mean±half range`` in points, or ``beyond``."""
     if any(v is None for v, _ in values):
@@ -61,11 +73,12 @@ def cell(values):
     return f"{statistics.mean(d):+.1f}±{(max(d) - min(d)) / 2:.1f}"
 
 
-def table(records, epochs=(1, 2, 3)):
-    """Markdown: per model and run, the ratio so far and the gap to the frontier at ``epochs``."""
-    lines = ["| model | run | seeds | " + " | ".join(f"ep {e}: ratio, pp vs Top-k" for e in epochs) + " |",
+def table(by_run, epochs=(1, 2, 3), against="Top-k"):
+    """Markdown: per model and run, the ratio so far and the gap (``gaps`` or ``gaps_to_none``)
+    at ``epochs``."""
+    lines = ["| model | run | seeds | " + " | ".join(f"ep {e}: ratio, pp vs {against}" for e in epochs) + " |",
              "|---|---|---|" + "---|" * len(epochs)]
-    for (model, run), by_epoch in sorted(gaps(records).items()):
+    for (model, run), by_epoch in sorted(by_run.items()):
         cells = []
         for e in epochs:
             values = by_epoch.get(float(e), [])
@@ -80,7 +93,10 @@ def main(argv=None):
     p.add_argument("files", nargs="+")
     p.add_argument("--epochs", default="1,2,3", help="comma-separated evaluations to show")
     args = p.parse_args(argv)
-    print(table(load(args.files), tuple(int(e) for e in args.epochs.split(","))))
+    records, epochs = load(args.files), tuple(int(e) for e in args.epochs.split(","))
+    print(table(gaps(records), epochs))
+    print()
+    print(table(gaps_to_none(records), epochs, "none"))
 
 
 if __name__ == "__main__":

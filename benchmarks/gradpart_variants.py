@@ -7,6 +7,8 @@
 ``Follow``: the prediction takes the fresh fit's scale whenever it is below the EMA's.
 ``CodeCost``: position cost ``1 + log(n_A / k_A)`` nats, ``k_A`` the area's count sent last step.
 ``KeyFavor``: the key-area threshold times the key area's share of the tensor.
+``KeyFresh``: the key-area threshold at most the fresh rule ``alpha (1/beta + log n_key)^(1/beta)``.
+``Half``: both thresholds halved.
 """
 import tensorflow as tf
 
@@ -102,3 +104,23 @@ class KeyFavor(GradPartCompressor):
     def plan(self, sample, previous, steps, n):
         fit, key_size, edge, tau_key, tau_sparse = _PLAN(self, sample, previous, steps, n)
         return fit, key_size, edge, tau_key * tf.cast(key_size, tf.float64) / n, tau_sparse
+
+
+class KeyFresh(GradPartCompressor):
+    """The key-area threshold lowered to the fresh rule ``alpha (1/beta + log n_key)^(1/beta)``
+    where that is below the entropy power rule (heavy tails, beta under about 1)."""
+
+    @tf.function(jit_compile=True)
+    def plan(self, sample, previous, steps, n):
+        fit, key_size, edge, tau_key, tau_sparse = _PLAN(self, sample, previous, steps, n)
+        fresh = entropy.threshold(fit, entropy.position_cost(key_size))
+        return fit, key_size, edge, tf.minimum(tau_key, fresh), tau_sparse
+
+
+class Half(GradPartCompressor):
+    """Both thresholds halved: the same rule at a denser operating point."""
+
+    @tf.function(jit_compile=True)
+    def plan(self, sample, previous, steps, n):
+        fit, key_size, edge, tau_key, tau_sparse = _PLAN(self, sample, previous, steps, n)
+        return fit, key_size, edge, tau_key / 2, tau_sparse / 2

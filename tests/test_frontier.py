@@ -29,12 +29,21 @@ def test_gaps_compare_within_the_same_seed_and_epoch():
     assert set(g) == {("mlp", "gp")}
     assert [round(v, 6) for v, _ in g[("mlp", "gp")][1.0]] == [0.05, -0.05]
     assert frontier.cell(g[("mlp", "gp")][1.0]) == "+0.0±5.0"
-    row = frontier.table(records, epochs=(1,)).splitlines()[-1]
+    row = frontier.table(frontier.gaps(records), epochs=(1,)).splitlines()[-1]
     assert row == "| mlp | gp | 2 | 100x, +0.0±5.0 |"
 
 
 def test_a_ratio_outside_the_frontier_is_shown_as_beyond():
     records = [_record("topk-a", "topk", 0, 2.0, 10.0, 0.9), _record("topk-b", "topk", 0, 2.0, 100.0, 0.8),
                _record("gp", "gradpart", 0, 2.0, 500.0, 0.7)]
-    assert frontier.table(records, epochs=(2,)).splitlines()[-1] == "| mlp | gp | 1 | 500x, beyond |"
+    assert frontier.table(frontier.gaps(records), epochs=(2,)).splitlines()[-1] == "| mlp | gp | 1 | 500x, beyond |"
     assert math.isclose(frontier.frontier_at([(10.0, 0.9), (100.0, 0.8)], 100.0), 0.8)
+
+
+def test_gaps_to_none_pair_each_run_with_the_same_seed():
+    records = [_record("none", "none", 0, 1.0, None, 0.9), _record("none", "none", 1, 1.0, None, 0.8),
+               _record("gp", "gradpart", 0, 1.0, 200.0, 0.85), _record("gp", "gradpart", 1, 1.0, 100.0, 0.8),
+               _record("gp", "gradpart", 2, 1.0, 100.0, 0.1)]  # seed 2 has no uncompressed run
+    g = frontier.gaps_to_none(records)
+    assert [round(v, 6) for v, _ in g[("mlp", "gp")][1.0]] == [-0.05, 0.0]
+    assert frontier.table(g, epochs=(1,), against="none").splitlines()[-1] == "| mlp | gp | 2 | 150x, -2.5±2.5 |"
