@@ -103,7 +103,7 @@ def main():
     rng = np.random.default_rng(hvd.rank())
     rows = []
     for name in args.models:
-        shape = (32, 32, 3) if name == "resnet20" else (28, 28, 1)
+        shape = (32, 32, 3) if name.startswith("resnet") else (28, 28, 1)
         batch = (tf.constant(rng.random((64, *shape), dtype=np.float32)),
                  tf.constant(rng.integers(0, 10, 64).astype(np.int32)))
         steps = cases(name, shape)

@@ -4,6 +4,7 @@ Every model takes float images ``(H, W, C)`` in ``[0, 1]`` and returns logits
 ``(batch, num_classes)``; train with ``from_logits=True``. Initializers carry
 explicit seeds derived from ``seed``, so a model is the same on every rank.
 """
+import functools
 import itertools
 import math
 
@@ -68,12 +69,13 @@ def _conv_bn(x, filters, kernel, strides, init):
     return layers.BatchNormalization()(x)
 
 
-def _resnet20(inputs, num_classes, seed):
-    """CIFAR ResNet-20 (He et al. 2016): 3 stages x 3 basic blocks, projection shortcuts."""
+def _resnet(inputs, num_classes, seed, blocks):
+    """CIFAR ResNet-(6 blocks + 2) (He et al. 2016): 3 stages x ``blocks`` basic blocks,
+    projection shortcuts."""
     init = _seeds(seed, tf.keras.initializers.HeNormal)
     x = layers.ReLU()(_conv_bn(inputs, 16, 3, 1, init))
     for stage, filters in enumerate((16, 32, 64)):
-        for block in range(3):
+        for block in range(blocks):
             strides = 2 if stage > 0 and block == 0 else 1
             y = layers.ReLU()(_conv_bn(x, filters, 3, strides, init))
             y = _conv_bn(y, filters, 3, 1, init)
@@ -96,7 +98,11 @@ def _embedding(inputs, num_classes, seed, levels=16, dim=16):
     return _dense(num_classes, init, activation=None)(x)
 
 
-_BUILDERS = {"mlp": _mlp, "lenet5": _lenet5, "resnet20": _resnet20, "embedding": _embedding}
+_BUILDERS = {"mlp": _mlp, "lenet5": _lenet5,
+             "resnet20": functools.partial(_resnet, blocks=3),
+             "embedding": _embedding,
+             # 137 gradient tensors (45 convolutions, their BatchNorms, the classifier)
+             "resnet44": functools.partial(_resnet, blocks=7)}
 MODELS = tuple(_BUILDERS)
 
 

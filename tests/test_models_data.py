@@ -17,7 +17,8 @@ from hvd_gradpart.data import (DATASETS, DataNotFoundError, batches, load_datase
 from hvd_gradpart.models import MODELS, PixelTokens, build_model  # noqa: E402
 
 SHAPES = {"mlp": [(28, 28, 1), (8, 8, 1)], "lenet5": [(28, 28, 1), (8, 8, 1)],
-          "resnet20": [(32, 32, 3), (28, 28, 1)], "embedding": [(28, 28, 1), (8, 8, 1)]}
+          "resnet20": [(32, 32, 3), (28, 28, 1)], "embedding": [(28, 28, 1), (8, 8, 1)],
+          "resnet44": [(32, 32, 3)]}
 
 
 # ---------------------------------------------------------------- models
@@ -49,6 +50,12 @@ def test_models_are_seeded(name):
     assert not all(np.array_equal(x, z) for x, z in zip(a, c))
 
 
+def test_resnet44_has_over_100_gradient_tensors():
+    model = build_model("resnet44", (32, 32, 3), 10, seed=0)
+    convolutions = [v for v in model.trainable_variables if len(v.shape) == 4]
+    assert (len(model.trainable_variables), len(convolutions)) == (137, 45)
+
+
 def test_pixel_tokens_are_position_times_levels_plus_level():
     image = np.array([0.0, 1.0, 0.5, 0.99], np.float32).reshape(1, 2, 2, 1)
     np.testing.assert_array_equal(PixelTokens(16)(image).numpy(), [[0, 16 + 15, 32 + 8, 48 + 15]])
@@ -67,7 +74,7 @@ def test_embedding_gradient_is_indexed_slices():
 
 
 def test_unknown_model_lists_valid_names():
-    with pytest.raises(ValueError, match="mlp.*lenet5.*resnet20.*embedding"):
+    with pytest.raises(ValueError, match="mlp.*lenet5.*resnet20.*embedding.*resnet44"):
         build_model("vgg", (28, 28, 1), 10, seed=0)
 
 
