@@ -3,6 +3,7 @@ from benchmarks import records as br
 
 PEERS = ("variance", "topk", "dgc", "sidco")
 UNSHAPED = ("10gbit", "1gbit")
+MANY_TENSORS = ("resnet44",)  # 100+ gradient tensors: 10 % slower than none allowed, any bound
 
 
 def _line(target, measured, met):
@@ -84,17 +85,20 @@ def accuracy_and_ratio(convergence, gaps=()):
 
 
 def compute_bound(groups):
-    """Compute-bound model on an unshaped link: GradPart at most 5 % slower than no compression."""
+    """Compute-bound model on an unshaped link: GradPart at most 5 % slower than no compression;
+    a model of ``MANY_TENSORS`` on an unshaped link, bound or not: at most 10 %."""
     out = []
     for (model, label, ranks), by in groups.items():
         if label not in UNSHAPED or ranks != 2 or not {"compute-only", "none", "gradpart"} <= set(by):
             continue
         none = by["none"]["samples_per_s"]
-        if none < 0.7 * by["compute-only"]["samples_per_s"]:
+        many = model in MANY_TENSORS
+        if not many and none < 0.7 * by["compute-only"]["samples_per_s"]:
             continue
         slower = 1 - by["gradpart"]["samples_per_s"] / none
-        out.append(_line(f"{model}, {label} (compute-bound): gradpart <= 5 % slower than none",
-                         f"{100 * slower:+.1f} % slower", slower <= 0.05))
+        limit, kind = (10, "100+ tensors") if many else (5, "compute-bound")
+        out.append(_line(f"{model}, {label} ({kind}): gradpart <= {limit} % slower than none",
+                         f"{100 * slower:+.1f} % slower", slower <= limit / 100))
     return out
 
 

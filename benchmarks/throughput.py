@@ -5,6 +5,8 @@
 
 Each method trains the same model on a fixed synthetic batch: warm-up steps, then the median of
 repeated timing windows. The compute-only bound is the same step without any communication.
+``--num-groups`` goes to ``DistributedGradientTape`` (default 1: every gradient of a step in one
+group, as ``scripts/train.py`` trains; 0: each gradient on its own).
 """
 import argparse
 import json
@@ -19,7 +21,8 @@ import tensorflow as tf  # noqa: E402
 from hvd_gradpart import COMPRESSORS, get_compressor, training  # noqa: E402
 from hvd_gradpart.models import MODELS, build_model  # noqa: E402
 
-SHAPES = {"mlp": (28, 28, 1), "lenet5": (28, 28, 1), "resnet20": (32, 32, 3), "embedding": (28, 28, 1)}
+SHAPES = {"mlp": (28, 28, 1), "lenet5": (28, 28, 1), "resnet20": (32, 32, 3), "embedding": (28, 28, 1),
+          "resnet44": (32, 32, 3)}
 
 
 def measure(model_name, method, batch, args):
@@ -28,9 +31,11 @@ def measure(model_name, method, batch, args):
     optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.0 if method == "dgc" else 0.9)
     compute_only = method == "compute-only"
     compression = None if compute_only else get_compressor(method)
-    step = training.make_step(model, optimizer, compression, communicate=not compute_only)
+    step = training.make_step(model, optimizer, compression, communicate=not compute_only,
+                              num_groups=args.num_groups)
     seconds, windows = training.time_steps(step, batch, args.steps, args.warmup, args.windows)
     return {"method": method, "model": model_name, "params": int(model.count_params()),
+            "num_groups": args.num_groups,
             "step_s": seconds, "windows_s": windows,
             "samples_per_s": args.batch_size * hvd.size() / seconds,
             "compression": training.compression_summary(compression) if compression else None}
@@ -44,6 +49,7 @@ def main():
     p.add_argument("--steps", type=int, default=5, help="steps per timing window")
     p.add_argument("--windows", type=int, default=3)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--num-groups", type=int, default=1, help="Horovod groups per step; 0: per tensor")
     p.add_argument("--label", default="", help="free text stored with each row (e.g. the link rate)")
     p.add_argument("--out", required=True)
     args = p.parse_args()

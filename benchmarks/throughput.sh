@@ -2,6 +2,7 @@
 # Throughput of every method side by side, per model and link rate, on the edge cluster.
 #   bash benchmarks/throughput.sh       # quick: mlp and lenet5 at 100 and 20 Mbit/s
 #   MODELS="mlp lenet5 resnet20" RATES="1gbit 100mbit 20mbit" bash benchmarks/throughput.sh
+# NUM_GROUPS (default 1: every gradient of a step in one Horovod group; 0: per tensor).
 # APPEND=1 adds rows to benchmarks/results/throughput.jsonl instead of starting it afresh (one
 # call per rate, as make bench does, keeps each hold of the cluster short).
 set -euo pipefail
@@ -25,7 +26,7 @@ for rate in $RATES; do
     log="$OUT/throughput-$model-$rate.log"
     if ! "$PY" scripts/launch.py -np 2 -hostfile hostfiles/edge --gloo --disable-cache \
       "$PY" -m benchmarks.throughput --model "$model" --methods $METHODS \
-      --label "$rate" --out "$PWD/$rows" > "$log" 2>&1; then
+      --num-groups "${NUM_GROUPS:-1}" --label "$rate" --out "$PWD/$rows" > "$log" 2>&1; then
       tail -n 20 "$log" >&2
       echo "bench: the $model launch at $rate failed (full log: $log)" >&2
       exit 1

@@ -94,8 +94,21 @@ def test_densities_per_slot():
 def test_throughput_table_relates_to_bound_and_none():
     rows = [bench_row("compute-only", 0.01), bench_row("none", 1.0), bench_row("gradpart", 0.02)]
     line = table.table(rows).splitlines()[2]
-    assert line.startswith("| mlp | 100mbit | 2 | 2000 |")
+    assert line.startswith("| mlp | 100mbit | 2 | per tensor | 2000 |")
     assert "1000 (0.50 of bound, 50.0x none)" in line
+    grouped = table.table([{**r, "num_groups": 1} for r in rows]).splitlines()[2]
+    assert grouped.startswith("| mlp | 100mbit | 2 | 1 | 2000 |")
+
+
+def test_unshaped_targets_5_percent_when_compute_bound_10_for_many_tensors():
+    def launch(model, bound_s):  # gradpart 8 % slower than none
+        return [bench_row(m, s, model=model, label="10gbit") for m, s in
+                (("compute-only", bound_s), ("none", 1.0), ("gradpart", 1.0 / 0.92))]
+    rows = launch("resnet20", 0.8) + launch("lenet5", 0.5) + launch("resnet44", 0.5)
+    lines = targets.compute_bound(br.group_throughput(rows))  # lenet5: none at half its bound, skipped
+    assert [(t["target"], t["measured"], t["status"]) for t in lines] == [
+        ("resnet20, 10gbit (compute-bound): gradpart <= 5 % slower than none", "+8.0 % slower", "missed"),
+        ("resnet44, 10gbit (100+ tensors): gradpart <= 10 % slower than none", "+8.0 % slower", "met")]
 
 
 def test_targets_met_and_missed():
