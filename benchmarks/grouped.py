@@ -24,6 +24,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import timeline  # noqa: E402
+from benchmarks.throughput import SHAPES  # noqa: E402
 from hvd_gradpart import get_compressor, training  # noqa: E402
 from hvd_gradpart.models import MODELS, build_model  # noqa: E402
 
@@ -103,7 +104,7 @@ def main():
     rng = np.random.default_rng(hvd.rank())
     rows = []
     for name in args.models:
-        shape = (32, 32, 3) if name.startswith("resnet") else (28, 28, 1)
+        shape = SHAPES[name]
         batch = (tf.constant(rng.random((64, *shape), dtype=np.float32)),
                  tf.constant(rng.integers(0, 10, 64).astype(np.int32)))
         steps = cases(name, shape)

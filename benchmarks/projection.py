@@ -15,6 +15,7 @@ measurement: ``make demo`` measures time to accuracy on the shaped link.
 """
 import argparse
 import collections
+import dataclasses
 import json
 import statistics
 
@@ -28,7 +29,7 @@ def constants(path, model):
     with open(path) as f:
         c = scaling.Constants(**json.load(f)["constants"])
     params = build_model(model, (28, 28, 1), 10).count_params()
-    return scaling.Constants(**{**c.__dict__, "model": model, "dense_bytes": 4.0 * params})
+    return dataclasses.replace(c, model=model, dense_bytes=4.0 * params)
 
 
 def reach(records, c, bandwidth, target):
@@ -37,8 +38,7 @@ def reach(records, c, bandwidth, target):
     seconds, last = 0.0, 0
     for r in records:
         if r["ratio"]:
-            sparse = scaling.Constants(**{**c.__dict__, "sparse_bytes": c.dense_bytes / r["ratio"],
-                                          "small_bytes": 0.0})
+            sparse = dataclasses.replace(c, sparse_bytes=c.dense_bytes / r["ratio"], small_bytes=0.0)
             step = scaling.step_time(sparse, "sparse", 2, bandwidth)
         else:
             step = scaling.step_time(c, "dense", 2, bandwidth)
@@ -56,13 +56,14 @@ def projections(records, constants_of, rates, targets):
     rows = []
     for model in sorted({r["model"] for r in records}):
         c = constants_of(model)
-        seeds = sorted({s for m, n, s in runs if m == model and n == "none"})
+        final = {s: rs[-1]["test_acc"] for (m, n, s), rs in runs.items() if m == model and n == "none"}
+        seeds = sorted(final)
         names = sorted({n for m, n, _ in runs if m == model})
         for label in rates:
             for share in targets:
                 for name in names:
-                    hits = [reach(runs[(model, name, s)], c, scaling.rate_bytes(label),
-                                  share * runs[(model, "none", s)][-1]["test_acc"]) for s in seeds]
+                    hits = [reach(runs[(model, name, s)], c, scaling.rate_bytes(label), share * final[s])
+                            for s in seeds]
                     hits = [h for h in hits if h[0] is not None]
                     rows.append({"model": model, "link": label, "target": share, "run": name,
                                  "seeds": len(seeds), "reached": len(hits),
