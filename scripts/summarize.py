@@ -22,15 +22,18 @@ from hvd_gradpart.progress import epoch_records, targets, time_to_accuracy  # no
 
 
 def read(path):
+    """A log's records, each tagged ``run``: the file's name without ``.jsonl`` (the demo names
+    a log after its run, e.g. ``gradpart-warmup``, several of which may share a compressor)."""
+    name = os.path.basename(path).removesuffix(".jsonl")
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        return [dict(json.loads(line), run=name) for line in f if line.strip()]
 
 
 def row(records, goals):
     """One run's figures: ``reached`` maps each target share to a Reached or None."""
     last = epoch_records(records)[-1]
     comp = last.get("compression") or {}
-    return {"method": last["compressor"], "final_acc": last["test_acc"], "epochs": last["epoch"],
+    return {"method": last["run"], "final_acc": last["test_acc"], "epochs": last["epoch"],
             "train_s": last["train_s"], "ratio": comp.get("compression_ratio", 1.0),
             "link_MB": (last["link_tx_bytes"] + last["link_rx_bytes"]) / 1e6,
             "reached": {share: time_to_accuracy(records, goal) for share, goal in goals.items()}}
@@ -73,14 +76,14 @@ def headline(rows):
 def plot(runs, goals, path, title):
     fig, (by_time, by_step) = plt.subplots(1, 2, figsize=(11, 4.2))
     for records in runs:
-        name = records[-1]["compressor"]
+        name = records[-1]["run"]
         acc = [r["test_acc"] for r in records]
         by_time.plot([r["train_s"] for r in records], acc, marker=".", label=name)
         by_step.plot([r["step"] for r in records], acc, marker=".", label=name)
     for ax in (by_time, by_step):
         for share, goal in goals.items():
             ax.axhline(goal, color="grey", linestyle="--", linewidth=0.8)
-            ax.annotate(f"{share:.0%} of {runs[0][-1]['compressor']}", (0, goal), xycoords=("axes fraction", "data"),
+            ax.annotate(f"{share:.0%} of {runs[0][-1]['run']}", (0, goal), xycoords=("axes fraction", "data"),
                         xytext=(3, 2), textcoords="offset points", fontsize=8, color="grey")
         ax.set_ylim(max(0.0, min(goals.values()) - 0.25), 1.0)
         ax.grid(alpha=0.3)

@@ -417,6 +417,24 @@ def test_a_huge_margin_falls_back_to_the_default_floor():
     np.testing.assert_array_equal(chosen, top_magnitudes(grad, 2))
 
 
+def test_the_warmup_floor_falls_log_linearly_from_the_ceiling_to_the_floor():
+    comp = GradPartCompressor(density_floor=1e-4, density_ceiling=1e-2, warmup_steps=100)
+    floors = [float(comp.floor(tf.constant(s, F64))) for s in (0.0, 50.0, 100.0, 1000.0)]
+    np.testing.assert_allclose(floors, [1e-2, 1e-3, 1e-4, 1e-4], rtol=1e-12)
+
+
+def test_warmup_sends_the_decaying_floor_then_the_steady_one():
+    n, grad = 12345, laplace(12345, 44)
+    comp = GradPartCompressor(margin=1e6, density_ceiling=0.01, warmup_steps=2)
+    sizes = []
+    for _ in range(3):  # steps 0, 1, 2 of a huge margin: the guard's floor alone decides
+        chosen, _ = select(comp, grad)
+        sizes.append(chosen.size)
+        np.testing.assert_array_equal(chosen, top_magnitudes(grad, chosen.size))
+    # step 0 sends the ceiling, floor(0.01 n); then ceil(sqrt(0.01 * 1e-4) n); then the floor
+    assert sizes == [math.floor(0.01 * n), math.ceil(1e-3 * n), math.ceil(1e-4 * n)] == [123, 13, 2]
+
+
 # Ablations -------------------------------------------------------------------
 
 
@@ -526,6 +544,7 @@ INVALID = [("sample_size", 15), ("sample_size", 4096.0), ("sample_size", "4096")
            ("margin", -1.0), ("margin", math.inf), ("margin", math.nan),
            ("density_floor", -1e-3), ("density_floor", 1.5), ("density_floor", math.nan),
            ("density_ceiling", 1.5), ("density_ceiling", 5e-5), ("density_ceiling", math.nan),
+           ("warmup_steps", -1), ("warmup_steps", 2.5), ("warmup_steps", "10"),
            ("fixed_density", 0.0), ("fixed_density", 1.0), ("fixed_density", math.nan),
            ("value_encoding", "int8"), ("min_elements", -1), ("min_elements", 10.5)]
 

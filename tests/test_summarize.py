@@ -55,6 +55,16 @@ def test_table_headline_and_plot(logs, capsys):
     assert "topk vs none: 99% not reached, 95% in 9.0 s vs 20.0 s (speed-up 2.22x); final accuracy 0.880 " \
            "after 2 epochs, 20x fewer link bytes." in text
 
+
+def test_runs_are_named_after_their_logs_so_one_compressor_can_run_twice(logs, capsys):
+    folder, paths = logs
+    twin = run_log(folder / "gradpart-warmup.jsonl", "gradpart", [(5, 1.0, 0.86, False), (10, 2.0, 0.88, True)],
+                   ratio=80.0, link_mb=4.0)
+    summarize.main([paths[0], paths[1], twin])
+    rows = [line.split("|")[1].strip() for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert rows[2:] == ["none", "gradpart", "gradpart-warmup"]
+
+
 def test_an_empty_log_is_refused_with_the_reason(logs, capsys):
     folder, paths = logs
     (folder / "empty.jsonl").write_text("")

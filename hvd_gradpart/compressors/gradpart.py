@@ -12,7 +12,10 @@ Each step, per gradient (formulas and their derivation in docs/algorithm.md):
    width of the distribution's typical set) by a factor equal to the cost,
    in nats, of coding one position in A;
 4. keep density within [floor, ceiling] with exact top-k only when a guard
-   trips; everything unsent stays in the residual.
+   trips; everything unsent stays in the residual. During the first
+   ``warmup_steps`` the floor falls log-linearly from the ceiling to
+   ``density_floor`` (a dense start, as DGC's warm-up), so short runs and
+   adaptive optimizers are not starved while the predictions settle.
 """
 import math
 
@@ -34,6 +37,8 @@ class GradPartCompressor(SparseCompressor):
         margin: nats added to the position cost (a sparser exchange).
         density_floor: least fraction sent per tensor per step.
         density_ceiling: most fraction sent per tensor per step.
+        warmup_steps: steps over which the floor falls from the ceiling
+            to ``density_floor`` (0, or a floor of 0: no warm-up).
         fit: ablation switch; False fixes the family to Gaussian.
         partition: ablation switch; False uses one area for the tensor.
         entropy: ablation switch; False sends a fixed tail fraction
@@ -46,7 +51,7 @@ class GradPartCompressor(SparseCompressor):
     """
 
     def __init__(self, sample_size=4096, prediction_decay=0.9, margin=0.0,
-                 density_floor=1e-4, density_ceiling=0.02, fit=True, partition=True,
+                 density_floor=1e-4, density_ceiling=0.02, warmup_steps=0, fit=True, partition=True,
                  entropy=True, predict=True, fixed_density=1e-3, value_encoding="fp16", **kwargs):
         super().__init__(value_encoding=value_encoding, **kwargs)
         _check("sample_size", sample_size, lambda v: isinstance(v, int) and v >= 16, "an int >= 16")
@@ -55,12 +60,14 @@ class GradPartCompressor(SparseCompressor):
         _check("density_floor", density_floor, lambda v: 0.0 <= v <= 1.0, "in [0, 1]")
         _check("density_ceiling", density_ceiling, lambda v: density_floor <= v <= 1.0,
                "in [density_floor, 1]")
+        _check("warmup_steps", warmup_steps, lambda v: isinstance(v, int) and v >= 0, "an int >= 0")
         _check("fixed_density", fixed_density, lambda v: 0.0 < v < 1.0, "in (0, 1)")
         self.sample_size = sample_size
         self.prediction_decay = prediction_decay if predict else 0.0
         self.margin = margin
         self.density_floor = density_floor
         self.density_ceiling = density_ceiling
+        self.warmup_steps = warmup_steps
         self.use_fit, self.use_partition, self.use_entropy = fit, partition, entropy
         self.fixed_density = fixed_density
 
@@ -119,18 +126,27 @@ class GradPartCompressor(SparseCompressor):
         s["mu"].assign(fit.mu)
         s["alpha"].assign(fit.alpha)
         s["beta"].assign(fit.beta)
+        indices = self.guard(swept.acc, swept.candidates, self.floor(s["steps"].read_value()))
         s["steps"].assign_add(tf.constant(1.0, tf.float64))
-        indices = self.guard(swept.acc, swept.candidates)
         return indices, {"family": fit.family, "mu": fit.mu, "alpha": fit.alpha, "beta": fit.beta,
                          "key_size": key_size, "tau_key": tau_key, "tau_sparse": tau_sparse}
 
-    def guard(self, acc, candidates):
+    def floor(self, steps):
+        """This step's density floor (float64): log-linear from the ceiling
+        to ``density_floor`` over the warm-up, then ``density_floor``."""
+        if self.warmup_steps == 0 or self.density_floor == 0:
+            return tf.constant(self.density_floor, tf.float64)
+        progress = tf.minimum(steps / self.warmup_steps, 1.0)
+        return self.density_ceiling * (self.density_floor / self.density_ceiling) ** progress
+
+    def guard(self, acc, candidates, floor):
         """The candidates' indices, or exact top-k (``topk.top_k``) at the
-        floor or ceiling when their count leaves them (one top-k traced, its
-        k chosen at run time)."""
+        ``floor`` or ceiling when their count leaves them (one top-k traced,
+        its k chosen at run time)."""
         n = acc.shape.num_elements()
-        low = min(n, max(1, math.ceil(self.density_floor * n))) if self.density_floor > 0 else 0
-        high = max(low, math.floor(self.density_ceiling * n))
+        least = min(n, max(1, math.ceil(self.density_floor * n))) if self.density_floor > 0 else 0
+        high = max(least, math.floor(self.density_ceiling * n))
+        low = tf.clip_by_value(tf.cast(tf.math.ceil(floor * n), tf.int32), least, high)
         count = candidates.count
         k = tf.where(count < low, low, high)
         return tf.cond((count < low) | (count > high), lambda: topk.top_k(acc, k), lambda: candidates.indices)
