@@ -126,27 +126,26 @@ class GradPartCompressor(SparseCompressor):
         s["mu"].assign(fit.mu)
         s["alpha"].assign(fit.alpha)
         s["beta"].assign(fit.beta)
-        indices = self.guard(swept.acc, swept.candidates, self.floor(s["steps"].read_value()))
+        indices = self.guard(swept.acc, swept.candidates, s["steps"].read_value())
         s["steps"].assign_add(tf.constant(1.0, tf.float64))
         return indices, {"family": fit.family, "mu": fit.mu, "alpha": fit.alpha, "beta": fit.beta,
                          "key_size": key_size, "tau_key": tau_key, "tau_sparse": tau_sparse}
 
     def floor(self, steps):
-        """This step's density floor (float64): log-linear from the ceiling
-        to ``density_floor`` over the warm-up, then ``density_floor``."""
-        if self.warmup_steps == 0 or self.density_floor == 0:
-            return tf.constant(self.density_floor, tf.float64)
+        """The warm-up's density floor at ``steps`` (float64): log-linear from
+        the ceiling to ``density_floor`` over ``warmup_steps``, then that floor."""
         progress = tf.minimum(steps / self.warmup_steps, 1.0)
         return self.density_ceiling * (self.density_floor / self.density_ceiling) ** progress
 
-    def guard(self, acc, candidates, floor):
+    def guard(self, acc, candidates, steps):
         """The candidates' indices, or exact top-k (``topk.top_k``) at the
-        ``floor`` or ceiling when their count leaves them (one top-k traced,
-        its k chosen at run time)."""
+        floor (the warm-up's at ``steps`` while it lasts) or ceiling when
+        their count leaves them (one top-k traced, its k chosen at run time)."""
         n = acc.shape.num_elements()
-        least = min(n, max(1, math.ceil(self.density_floor * n))) if self.density_floor > 0 else 0
-        high = max(least, math.floor(self.density_ceiling * n))
-        low = tf.clip_by_value(tf.cast(tf.math.ceil(floor * n), tf.int32), least, high)
+        low = min(n, max(1, math.ceil(self.density_floor * n))) if self.density_floor > 0 else 0
+        high = max(low, math.floor(self.density_ceiling * n))
+        if self.warmup_steps > 0 and self.density_floor > 0:
+            low = tf.clip_by_value(tf.cast(tf.math.ceil(self.floor(steps) * n), tf.int32), low, high)
         count = candidates.count
         k = tf.where(count < low, low, high)
         return tf.cond((count < low) | (count > high), lambda: topk.top_k(acc, k), lambda: candidates.indices)
