@@ -3,10 +3,12 @@
     horovodrun -np 2 -H localhost:2 python -m benchmarks.grouped \
         --models mlp lenet5 resnet20 --out benchmarks/results/grouped.jsonl
 
-For each model (batch 64 per rank of synthetic data shaped as MNIST, or as CIFAR-10 for
-``resnet20``; one TF thread pair per rank) and each of GradPart, Top-k (1 %) and no
-compression, builds ``training.make_step`` with ``num_groups`` 0 (every gradient on its own)
-and 1 (one group), plus the compute-only step. Each case first runs ``--timeline-steps``
+For each model (batch 64 per rank of synthetic data shaped as MNIST, or as CIFAR-10 for the
+ResNets; one TF thread pair per rank) and each of GradPart, Top-k (1 %) and no compression
+(``--methods``), builds ``training.make_step`` with each ``--groups`` count (default 0, every
+gradient on its own, and 1, one group; with ``k > 1`` Horovod splits the gradients, in variable
+order, into ``k`` groups, so a group whose gradients are ready can be exchanged while the
+backward pass goes on), plus the compute-only step. Each case first runs ``--timeline-steps``
 steps under Horovod's timeline (``benchmarks.timeline`` counts the collectives and times
 them), then every case is timed in round-robin windows of ``--steps`` steps, so that all see
 the same machine load. Rank 0 writes one JSON row per case and a Markdown table beside it.
@@ -37,14 +39,17 @@ def parse_args():
     p.add_argument("--steps", type=int, default=20, help="steps per timing window")
     p.add_argument("--windows", type=int, default=5, help="timing windows per case")
     p.add_argument("--timeline-steps", type=int, default=5, help="steps recorded in the timeline")
+    p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    p.add_argument("--groups", type=int, nargs="+", default=[0, 1],
+                   help="num_groups values to measure (0: per tensor)")
     p.add_argument("--out", default="benchmarks/results/grouped.jsonl")
     return p.parse_args()
 
 
-def cases(name, shape):
-    """``{(method, num_groups): step}``: compute-only, then each method per tensor and grouped."""
+def cases(name, shape, methods, group_counts):
+    """``{(method, num_groups): step}``: compute-only, then each method at each group count."""
     steps = {}
-    for method, groups in [("compute-only", 0)] + [(m, g) for m in METHODS for g in (0, 1)]:
+    for method, groups in [("compute-only", 0)] + [(m, g) for m in methods for g in group_counts]:
         options = METHODS.get(method)
         compression = get_compressor(method, **(options or {})) if method in METHODS else None
         steps[method, groups] = training.make_step(
@@ -107,7 +112,7 @@ def main():
         shape = SHAPES[name]
         batch = (tf.constant(rng.random((64, *shape), dtype=np.float32)),
                  tf.constant(rng.integers(0, 10, 64).astype(np.int32)))
-        steps = cases(name, shape)
+        steps = cases(name, shape, args.methods, args.groups)
         found = {}
         for case, step in steps.items():
             training.time_steps(step, batch, 5, warmup=5, windows=1)

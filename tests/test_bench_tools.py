@@ -178,3 +178,15 @@ def test_report_writes_tables_plots_and_fills_docs(tmp_path):
                 "convergence-lenet5-density", "ablation-lenet5", "scaling"):
         assert (res / "plots" / f"{png}.png").stat().st_size > 1000
     assert (res / "convergence.csv").read_text().startswith("run,")
+
+
+def test_grouped_table_shows_each_group_count_against_compute_only():
+    from benchmarks import grouped
+    ops = {"GLOO_ALLGATHER": {"per_step": 4, "tensors_each": 1, "median_ms": 0.15}}
+    rows = [{"model": "resnet20", "method": m, "num_groups": g, "median_ms": ms, "min_ms": ms, "collectives": c}
+            for m, g, ms, c in [("compute-only", 0, 100.0, {}), ("gradpart", 0, 150.0, {}),
+                                ("gradpart", 1, 120.0, {}), ("gradpart", 4, 130.0, ops)]]
+    lines = grouped.markdown(rows).splitlines()
+    assert lines[3].startswith("| resnet20 | gradpart | per tensor | 150.0, 150.0 | 1.50x | - |")
+    assert lines[4].startswith("| resnet20 | gradpart | 1 | 120.0, 120.0 | 1.20x |")
+    assert lines[5] == "| resnet20 | gradpart | 4 | 130.0, 130.0 | 1.30x | 4 GLOO_ALLGATHER (1 tensors, 0.15 ms) |"
