@@ -184,11 +184,19 @@ def shard(x, y, rank, size):
 def batches(x, y, batch_size, seed, epoch):
     """One epoch of shuffled batches, the same order for a given ``(seed, epoch)``.
 
+    The batches are plain tensors cut from the in-memory arrays, not a
+    ``tf.data`` pipeline: destroying a ``tf.data`` iterator at an epoch's end
+    waits for its autotuning thread, which stalled one rank, and with it every
+    rank, for 3-18 s at an epoch's first step on the edge cluster
+    (docs/results.md, "The clock").
+
     Returns:
-        A ``tf.data.Dataset`` of ``len(x) // batch_size`` full ``(x, y)`` batches
+        An iterator over ``len(x) // batch_size`` full ``(x, y)`` batches
         (the remainder is dropped so ranks step in lockstep).
     """
     if len(x) < batch_size:
         raise ValueError(f"batch size {batch_size} exceeds the {len(x)} examples")
     order = np.random.default_rng([seed, epoch]).permutation(len(x))
-    return tf.data.Dataset.from_tensor_slices((x[order], y[order])).batch(batch_size, drop_remainder=True)
+    x, y = x[order], y[order]
+    return ((tf.constant(x[i:i + batch_size]), tf.constant(y[i:i + batch_size]))
+            for i in range(0, len(x) - batch_size + 1, batch_size))
