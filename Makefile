@@ -1,12 +1,13 @@
 # hvd_gradpart: `make demo` runs the main job, `make test` the tests, `make bench` the quick
-# evaluation suite (`make bench-full` or `BENCH=full make bench`: all of it); all set up first.
+# evaluation suite (`make bench-full` or `BENCH=full make bench`: all of it), `make report` every
+# table and plot from the committed results; all set up first.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-done
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: setup demo test bench bench-full clean
+.PHONY: setup demo test bench bench-full report clean
 
 setup: $(STAMP)
 
@@ -25,6 +26,9 @@ bench: setup
 
 bench-full: setup
 	BENCH=full bash benchmarks/suite.sh
+
+report: setup
+	$(PY) -m benchmarks.report
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

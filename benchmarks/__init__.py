@@ -6,12 +6,16 @@ and every result lands under ``benchmarks/results/``.
 
 Drivers (edge cluster, root):
     ``suite.sh``: the whole suite, then the report (``make bench``; ``BENCH=full`` for all of it).
+    ``tta`` (``python -m benchmarks.tta``): the time-to-accuracy matrix, models x links x methods
+    x seeds, one ``scripts/train.py`` launch per run, resumable (``tta_plan``: its runs and stop
+    rules; ``tta_table``: medians over seeds, best of the Top-k grid, the tables).
     ``throughput.sh``: samples/s of every method per model and link rate.
     ``convergence.sh``: training runs of one model with several compressor set-ups.
     ``scaling.sh``: the throughput benchmark on 2 and on 4 nodes.
     ``wire.sh``: link bytes per step and per idle second under several Horovod settings.
 
 Entry points (``python -m benchmarks.<name>``):
+    ``tta``: the time-to-accuracy matrix (above); ``--dry-run`` prints its plan.
     ``throughput``: one launch timing every method (run under ``horovodrun``).
     ``report``: tables, CSV/JSON summaries and plots; fills the generated blocks of the docs.
     ``table``: the Markdown throughput table of a ``throughput.jsonl``.

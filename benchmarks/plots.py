@@ -5,6 +5,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 
 from benchmarks import records as br, scaling  # noqa: E402
 
@@ -143,4 +144,32 @@ def scaling_curves(constants, measured, path, title, rates=("20mbit", "100mbit",
     ax.set(xlabel="nodes N", ylabel="seconds per step (model)", xscale="log", yscale="log")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _save(fig, path, title)
+
+
+def time_to_accuracy(panels, path, title):
+    """Test accuracy against training seconds after the first step (log axis), one panel per link.
+
+    Args:
+        panels: ``{link: (runs, goals)}``: ``runs`` maps each method to one run's records,
+            ``goals`` each target share to its accuracy, drawn dashed.
+    """
+    fig, axes = plt.subplots(1, len(panels), figsize=(2 + 5 * len(panels), 4.8), squeeze=False, sharey=True)
+    for ax, (link, (runs, goals)) in zip(axes[0], panels.items()):
+        for name, records in runs.items():
+            clock = [max(r["train_s"] - r["first_step_s"], 1e-2) for r in records]
+            style = _style(name) if name in COLORS else {"linestyle": "--", "linewidth": 1.1}
+            ax.plot(clock, [r["test_acc"] for r in records], marker=".", label=name, **style)
+        for share, goal in goals.items():
+            ax.axhline(goal, color="grey", linestyle=":", linewidth=0.9)
+            ax.annotate(f"{share:.0%} of none", (0, goal), xycoords=("axes fraction", "data"), xytext=(3, 2),
+                        textcoords="offset points", fontsize=7, color="grey")
+        ax.set(xscale="log", title=link, xlabel="training seconds after the first step")
+        ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.set_ylim(max(0.0, min(goals.values()) - 0.3), 1.0)
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].set_ylabel("test accuracy")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _save(fig, path, title)

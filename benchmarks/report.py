@@ -1,19 +1,22 @@
 """Tables, CSV/JSON summaries and plots from the benchmark result files; fills docs/results.md.
 
-    python -m benchmarks.report --results benchmarks/results --docs docs/results.md README.md
+    python -m benchmarks.report        # = --results benchmarks/results --docs docs/results.md README.md
 
-Reads what exists of ``throughput.jsonl``, ``convergence/``, ``ablation/``, ``gap/``,
-``scaling.jsonl`` and ``linkprobe-<rate>.json`` under ``--results``; writes ``*.csv``, ``targets.json``,
-``scaling.json`` and ``plots/*.png`` there, and replaces each block of the ``--docs`` files
-between ``<!-- generated:NAME -->`` and ``<!-- /generated:NAME -->`` with the current figures.
+Reads what exists of ``tta/`` (the time-to-accuracy matrix), ``throughput.jsonl``,
+``convergence/``, ``ablation/``, ``gap/``, ``scaling.jsonl`` and ``linkprobe-<rate>.json`` under
+``--results``; writes ``*.csv``, ``targets.json``, ``scaling.json`` and ``plots/*.png`` there, and
+replaces each block of the ``--docs`` files between ``<!-- generated:NAME -->`` and
+``<!-- /generated:NAME -->`` with the current figures.
 """
 import argparse
 import json
 import re
 from pathlib import Path
 
-from benchmarks import plots, scaling, table, targets
+from benchmarks import plots, scaling, table, targets, tta_table
 from benchmarks import records as br
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RUN_COLUMNS = [("run", "run", ""), ("epochs", "epochs", "d"), ("test acc", "test_acc", ".4f"),
                ("gap vs none (pp)", "gap_pp", "+.1f"), ("test loss", "test_loss", ".3f"),
@@ -36,6 +39,24 @@ def fill(text, name, content):
     """``text`` with the generated block ``name`` replaced by ``content``."""
     pattern = re.compile(rf"(<!-- generated:{name} -->\n).*?(<!-- /generated:{name} -->)", re.S)
     return pattern.sub(lambda m: m.group(1) + content.strip() + "\n" + m.group(2), text)
+
+
+def tta_section(results, cells):
+    """Per (model, link) the time-to-accuracy table, per model one plot; every run's figures in tta.csv."""
+    br.write_csv(tta_table.csv_rows(cells), results / "tta.csv")
+    parts = []
+    for model in dict.fromkeys(m for m, _ in cells):
+        links = {link: cell for (m, link), cell in cells.items() if m == model and tta_table.rows(cell)}
+        for link, cell in links.items():
+            cell_rows = tta_table.rows(cell)
+            parts += [tta_table.caption(model, link, cell_rows), "", tta_table.markdown(cell_rows), ""]
+        if links:
+            png = f"tta-{model}.png"
+            plots.time_to_accuracy({link: (tta_table.median_runs(cell), tta_table.median_targets(cell))
+                                    for link, cell in links.items()}, results / "plots" / png,
+                                   f"{model}: test accuracy by training seconds (median seed)")
+            parts += [f"![{model} time to accuracy](../benchmarks/results/plots/{png})", ""]
+    return "\n".join(parts)
 
 
 def throughput_section(results, rows):
@@ -197,9 +218,9 @@ def targets_section(results, rows, convergence, gaps):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--results", default="benchmarks/results", type=Path)
-    p.add_argument("--docs", type=Path, nargs="*", default=[],
-                   help="Markdown files with generated blocks to fill")
+    p.add_argument("--results", default=ROOT / "benchmarks" / "results", type=Path)
+    p.add_argument("--docs", type=Path, nargs="*", default=[ROOT / "docs" / "results.md", ROOT / "README.md"],
+                   help="Markdown files with generated blocks to fill (none: --docs alone)")
     args = p.parse_args(argv)
     results = args.results
     (results / "plots").mkdir(parents=True, exist_ok=True)
@@ -209,6 +230,10 @@ def main(argv=None):
         s = json.loads(suite.read_text())
         blocks["suite"] = (f"Last suite run: `{s['mode']}` mode, finished {s['finished']}, "
                            f"{s['minutes']} minutes (including waits for the cluster lock).")
+    tta = tta_table.load(results / "tta")
+    if tta:
+        blocks["tta"] = tta_section(results, tta)
+        blocks["tta-headline"] = tta_table.headline(tta)
     throughput_file = results / "throughput.jsonl"
     rows = br.read_jsonl(throughput_file) if throughput_file.exists() else []
     if rows:

@@ -3,13 +3,18 @@
 ``scripts/train.py --eval-every F`` evaluates the model every ``F`` of an epoch
 and at every epoch's end, and writes one record per evaluation. Each record
 carries ``train_s`` (the training clock: seconds spent in training steps,
-evaluation and BatchNorm recalibration excluded), ``step`` (optimizer steps so
-far), ``epoch`` (epochs so far, fractional between epoch ends) and
-``epoch_end`` (true on the one record that closes each epoch, the record older
-readers expect). A run reaches a target at the first evaluation whose test
-accuracy is at or above it; the time reported is that evaluation's training
-clock, so it overstates the true crossing by less than one evaluation interval.
-Targets are shares of the reference run's (no compression's) final accuracy.
+evaluation and BatchNorm recalibration excluded), ``first_step_s`` (the first
+step's share of ``train_s``: tracing and XLA compiling, reported on its own;
+time to accuracy counted after it is ``train_s - first_step_s``), ``step``
+(optimizer steps so far), ``epoch`` (epochs so far, fractional between epoch
+ends) and ``epoch_end`` (true on the one record that closes each epoch, the
+record older readers expect). A run ended by ``--max-steps``, ``--stop-at-acc``
+or ``--max-train-s`` carries ``stopped`` (``max_steps``, ``stop_at_acc``,
+``max_train_s``) on its last record, which may fall within an epoch. A run
+reaches a target at the first evaluation whose test accuracy is at or above
+it; the time reported is that evaluation's training clock, so it overstates
+the true crossing by less than one evaluation interval. Targets are shares of
+the reference run's (no compression's) final accuracy.
 """
 import math
 from typing import NamedTuple
@@ -24,6 +29,12 @@ class Reached(NamedTuple):
     step: int       # optimizer steps by then
     epoch: float    # epochs by then
     test_acc: float  # the accuracy that evaluation measured
+    first_step_s: float = 0.0  # the first step's share of train_s (0 in records older than the field)
+
+    @property
+    def clock_s(self):
+        """Training seconds after the first step: the time-to-accuracy clock."""
+        return self.train_s - self.first_step_s
 
 
 def evaluation_points(steps_per_epoch, every):
@@ -49,9 +60,14 @@ def epoch_records(records):
     return [r for r in records if r.get("epoch_end", True)]
 
 
+def final_record(records):
+    """The record a run ended at: the one marked ``stopped`` by a stop rule, else the last epoch's end."""
+    return records[-1] if records and records[-1].get("stopped") else epoch_records(records)[-1]
+
+
 def targets(reference, shares=SHARES):
     """``{share: share * final test accuracy of reference}``."""
-    final = epoch_records(reference)[-1]["test_acc"]
+    final = final_record(reference)["test_acc"]
     return {share: share * final for share in shares}
 
 
@@ -72,5 +88,5 @@ def time_to_accuracy(records, target):
     if old is not None:
         raise ValueError(f"the record of epoch {old.get('epoch')} has no train_s/step: it was written by an "
                          "older scripts/train.py; rerun the training to get time to accuracy")
-    return next((Reached(r["train_s"], r["step"], r["epoch"], r["test_acc"])
+    return next((Reached(r["train_s"], r["step"], r["epoch"], r["test_acc"], r.get("first_step_s") or 0.0)
                  for r in records if r["test_acc"] >= target), None)

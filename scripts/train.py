@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import math
 import os
 import socket
 import sys
@@ -82,12 +83,33 @@ def report(record, epochs, logger, board):
     else:
         print(f"  epoch {record['epoch']:.2f} step {record['step']} test_acc {record['test_acc']:.4f} "
               f"after {record['train_s']:.1f} s training", flush=True)
+    if record.get("stopped"):
+        print(f"train.py: stopped at step {record['step']} ({STOPS[record['stopped']]})", flush=True)
     if logger:
         logger.write(**record)
     if board and record["epoch_end"]:
         with board.as_default(step=record["epoch"]):
             for key in ("train_loss", "train_acc", "test_loss", "test_acc", "samples_per_s"):
                 tf.summary.scalar(key, record[key])
+
+
+STOPS = {"stop_at_acc": "--stop-at-acc reached", "max_train_s": "--max-train-s spent",
+         "max_steps": "--max-steps done"}
+
+
+def stop_reason(args, steps, test_acc=None, clock_s=None):
+    """Why training ends at this evaluation (a key of ``STOPS``), or None.
+
+    ``test_acc`` and ``clock_s`` (training seconds after the first step) are
+    rank 0's: the other ranks pass None and learn its decision by broadcast.
+    """
+    if args.stop_at_acc is not None and test_acc is not None and test_acc >= args.stop_at_acc:
+        return "stop_at_acc"
+    if args.max_train_s is not None and clock_s is not None and clock_s >= args.max_train_s:
+        return "max_train_s"
+    if args.max_steps is not None and steps >= args.max_steps:
+        return "max_steps"
+    return None
 
 
 def parse_args(argv=None):
@@ -98,7 +120,8 @@ def parse_args(argv=None):
     p.add_argument("--compressor", choices=sorted(COMPRESSORS), default="gradpart")
     p.add_argument("--compressor-option", type=option, action="append", default=[], metavar="KEY=VALUE",
                    help="constructor argument of the compressor, e.g. ratio=0.01 (repeatable)")
-    p.add_argument("--epochs", type=positive(int), default=5)
+    p.add_argument("--epochs", type=positive(int),
+                   help="epochs to train (default 5, or as many as --max-steps needs when it is given)")
     p.add_argument("--batch-size", type=positive(int), default=32, help="per rank")
     p.add_argument("--lr", type=positive(float), default=0.01, help="per rank; scaled by the rank count")
     p.add_argument("--lr-schedule", choices=("constant", "cosine"), default="constant",
@@ -115,6 +138,13 @@ def parse_args(argv=None):
     p.add_argument("--eval-every", type=fraction, default=0.25,
                    help="fraction of an epoch between test evaluations (1: at epoch ends only); the training "
                         "clock train_s excludes them")
+    p.add_argument("--max-steps", type=positive(int),
+                   help="end after this many optimizer steps, evaluating there even within an epoch")
+    p.add_argument("--stop-at-acc", type=fraction, metavar="ACC",
+                   help="end at the first evaluation whose test accuracy is at least ACC")
+    p.add_argument("--max-train-s", type=positive(float), metavar="S",
+                   help="end at the first evaluation after S seconds of training clock past the first step "
+                        "(train_s - first_step_s)")
     p.add_argument("--jsonl", help="JSONL file with one record per evaluation (rank 0); epoch_end marks the "
                                    "record closing each epoch")
     p.add_argument("--tensorboard", help="TensorBoard log folder (rank 0)")
@@ -155,12 +185,15 @@ def main(argv=None):
                   + " (scripts/launch.py's defaults; set them yourself to override)", flush=True)
     tf.keras.utils.set_random_seed(args.seed)
     x, y = shard(data.x_train, data.y_train, rank, size)
+    steps_per_epoch = len(x) // args.batch_size
+    args.epochs = args.epochs or (math.ceil(args.max_steps / steps_per_epoch) if args.max_steps else 5)
     model = build_model(args.model, data.x_train.shape[1:], data.num_classes, seed=args.seed)
     momentum = 0.0 if args.compressor == "dgc" else args.momentum
     # Horovod: scale the learning rate by the number of ranks.
     lr = args.lr * size
     if args.lr_schedule == "cosine":
-        lr = tf.keras.optimizers.schedules.CosineDecay(lr, args.epochs * (len(x) // args.batch_size))
+        total = min(args.epochs * steps_per_epoch, args.max_steps or math.inf)
+        lr = tf.keras.optimizers.schedules.CosineDecay(lr, total)
     optimizer = tf.keras.optimizers.SGD(lr, momentum=momentum)
     step = training.make_step(model, optimizer, compression, num_groups=args.num_groups)
     logger = JsonlLogger(args.jsonl) if args.jsonl and rank == 0 else None
@@ -168,9 +201,8 @@ def main(argv=None):
     instance = resolve(compression)
     tensors = JsonlLogger(args.tensor_jsonl) if args.tensor_jsonl and instance is not None and rank == 0 else None
     intervals = JsonlLogger(args.steps_jsonl) if args.steps_jsonl and rank == 0 else None
-    steps_per_epoch = len(x) // args.batch_size
     points = evaluation_points(steps_per_epoch, args.eval_every)
-    steps, evals, train_s = 0, 0, 0.0
+    steps, evals, train_s, first_step_s, stop = 0, 0, 0.0, None, None
     start, link0 = time.perf_counter(), training.link_counters()
     mark = start
     for epoch in range(args.epochs):
@@ -182,6 +214,8 @@ def main(argv=None):
                 training.broadcast_initial_state(model, optimizer)
             loss_sum, hits, seen = loss_sum + float(loss) * len(yb), hits + float(hit), seen + len(yb)
             steps += 1
+            if steps == 1:  # tracing and compiling; time to accuracy is counted after it
+                first_step_s = time.perf_counter() - resumed
             if tensors and steps % args.tensor_every == 0:
                 tensors.write(step=steps, epoch=epoch + 1, tensors=snapshot(instance))
             if intervals and steps % args.log_every_steps == 0:
@@ -189,7 +223,7 @@ def main(argv=None):
                 intervals.write(step=steps, epoch=epoch + 1, interval_s=now - mark, wall_s=now - start,
                                 samples_per_s=args.log_every_steps * args.batch_size * size / (now - mark))
                 mark = now
-            if i + 1 not in points:
+            if i + 1 not in points and steps != args.max_steps:
                 continue
             # The training clock stops here: recalibration and evaluation are not training.
             paused = time.perf_counter()
@@ -201,7 +235,8 @@ def main(argv=None):
             if rank == 0:
                 record = {"epoch": epoch + 1 if end else round(epoch + (i + 1) / steps_per_epoch, 4),
                           "epoch_end": end, "eval": evals, "step": steps, "samples": steps * args.batch_size * size,
-                          "train_s": train_s, "train_loss": loss_sum / seen, "train_acc": hits / seen}
+                          "train_s": train_s, "first_step_s": first_step_s, "train_loss": loss_sum / seen,
+                          "train_acc": hits / seen}
                 record["test_loss"], record["test_acc"] = training.evaluate(model, data.x_test, data.y_test)
                 link = training.link_counters()
                 record.update({
@@ -211,8 +246,20 @@ def main(argv=None):
                     "link_tx_bytes": link["tx_bytes"] - link0["tx_bytes"],
                     "link_rx_bytes": link["rx_bytes"] - link0["rx_bytes"],
                     "compression": training.compression_summary(compression)})
+                stop = stop_reason(args, steps, record["test_acc"], train_s - first_step_s)
+                if stop:
+                    record["stopped"] = stop
                 report(record, args.epochs, logger, board)
+            else:
+                stop = stop_reason(args, steps)
+            # Horovod: only rank 0 evaluated; the others wait for it here, off the training clock
+            # (not in their next step), and end where it does.
+            stop = hvd.broadcast_object(stop, root_rank=0, name="train_stop")
+            if stop:
+                break
             resumed = time.perf_counter()
+        if stop:
+            break
     digest = hashlib.sha256(b"".join(v.numpy().tobytes() for v in model.variables)).hexdigest()
     print(f"rank {rank} weights sha256 {digest}", flush=True)
 
