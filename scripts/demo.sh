@@ -28,6 +28,11 @@ failed() {  # LOG WHAT: the step's failure, its first error lines and the end of
   exit 1
 }
 
+# The cluster lock every user of the edge cluster takes (benchmarks/suite.sh, benchmarks.tta):
+# a benchmark left running in the background finishes its launch before the demo takes the link.
+exec {lock}>"${CLUSTER_LOCK:-/tmp/hvd_gradpart_cluster.lock}"
+flock -n "$lock" || { say "waiting for the edge cluster (a benchmark holds ${CLUSTER_LOCK:-/tmp/hvd_gradpart_cluster.lock}) ..."; flock "$lock"; }
+
 status=0
 bash scripts/edge_cluster.sh up --rate "$RATE" >"$OUT/cluster.log" 2>&1 || status=$?
 if [ "$status" = 0 ]; then
@@ -58,7 +63,8 @@ for run in $METHODS; do
   started=$SECONDS
   "$PY" scripts/launch.py -np 2 "${hosts[@]}" --gloo --disable-cache \
     "$PY" "$PWD/scripts/train.py" --model "$MODEL" --dataset mnist5k --compressor "${spec[0]}" "${options[@]}" \
-    --epochs "$EPOCHS" --eval-every 0.25 --jsonl "$out/$name.jsonl" >"$log" 2>&1 \
+    --epochs "$EPOCHS" --eval-every 0.25 --jsonl "$out/$name.jsonl" \
+    --steps-jsonl "$out/$name.steps.jsonl" --log-every-steps 1 >"$log" 2>&1 \
     || failed "$log" "training $name (--compressor ${spec[*]})"
   say "  $name done in $((SECONDS - started)) s (launch, set-up and evaluations included)"
 done

@@ -3,15 +3,19 @@
     python scripts/summarize.py --plot out.png --markdown out.md none.jsonl gradpart.jsonl topk.jsonl
 
 The first log is the reference (no compression): the targets are 95 % and 99 % of its final
-test accuracy. For every run the table gives the training seconds (evaluation excluded) and the
-steps at its first evaluation at or above each target (``hvd_gradpart/progress.py``), its final
-accuracy, its compression ratio (the compressor's own byte accounting) and the bytes that crossed
-rank 0's node link. The plot draws test accuracy against training seconds and against steps, every
+test accuracy. For every run the table gives the training seconds after the first step
+(evaluation excluded) and the steps at its first evaluation at or above each target
+(``hvd_gradpart/progress.py``), the first step (tracing and compiling) on its own, its final
+accuracy, its compression ratio (the compressor's own byte accounting), the bytes that crossed
+rank 0's node link and, where train.py's ``--steps-jsonl`` log of every step lies beside the log
+(``NAME.steps.jsonl``), its slowest step against its median step (a clock to trust has none far
+above 1x). The plot draws test accuracy against training seconds and against steps, every
 run on the same axes, with the targets as dashed lines.
 """
 import argparse
 import json
 import os
+import statistics
 
 import matplotlib
 
@@ -29,26 +33,40 @@ def read(path):
         return [dict(json.loads(line), run=name) for line in f if line.strip()]
 
 
-def row(records, goals):
+def slowest_step(path):
+    """The slowest step of a ``--log-every-steps 1`` log over its median step (the first step
+    excluded), or None when there is no such log."""
+    steps = path.removesuffix(".jsonl") + ".steps.jsonl"
+    if not os.path.exists(steps):
+        return None
+    with open(steps) as f:
+        times = [r["interval_s"] for r in map(json.loads, filter(str.strip, f)) if r["step"] > 1]
+    return max(times) / statistics.median(times) if times else None
+
+
+def row(records, goals, slowest=None):
     """One run's figures: ``reached`` maps each target share to a Reached or None."""
     last = epoch_records(records)[-1]
     comp = last.get("compression") or {}
     return {"method": last["run"], "final_acc": last["test_acc"], "epochs": last["epoch"],
-            "train_s": last["train_s"], "ratio": comp.get("compression_ratio", 1.0),
-            "link_MB": (last["link_tx_bytes"] + last["link_rx_bytes"]) / 1e6,
+            "train_s": last["train_s"], "first_step_s": last.get("first_step_s") or 0.0,
+            "ratio": comp.get("compression_ratio", 1.0),
+            "link_MB": (last["link_tx_bytes"] + last["link_rx_bytes"]) / 1e6, "slowest": slowest,
             "reached": {share: time_to_accuracy(records, goal) for share, goal in goals.items()}}
 
 
 def cell(reached):
-    return f"{reached.train_s:.1f} s, {reached.step} steps" if reached else "not reached"
+    return f"{reached.clock_s:.1f} s, {reached.step} steps" if reached else "not reached"
 
 
 def table(rows, goals):
     """A Markdown table with padded columns, readable as plain text too."""
     header = ["method"] + [f"to {share:.0%} ({goal:.3f})" for share, goal in goals.items()] + [
-        "final acc", "training s", "ratio", "link MB"]
+        "first step", "final acc", "training s", "ratio", "link MB", "slowest step"]
     body = [[r["method"]] + [cell(r["reached"][share]) for share in goals] + [
-        f"{r['final_acc']:.3f}", f"{r['train_s']:.1f}", f"{r['ratio']:.0f}x", f"{r['link_MB']:.1f}"] for r in rows]
+        f"{r['first_step_s']:.1f} s", f"{r['final_acc']:.3f}", f"{r['train_s'] - r['first_step_s']:.1f}",
+        f"{r['ratio']:.0f}x", f"{r['link_MB']:.1f}",
+        "-" if r["slowest"] is None else f"{r['slowest']:.1f}x median"] for r in rows]
     widths = [max(len(line[i]) for line in [header] + body) for i in range(len(header))]
     lines = [[c.ljust(w) for c, w in zip(line, widths)] for line in [header] + body]
     lines.insert(1, ["-" * w for w in widths])
@@ -66,8 +84,8 @@ def headline(rows):
             if mine is None:
                 parts.append(f"{share:.0%} not reached")
             else:
-                parts.append(f"{share:.0%} in {mine.train_s:.1f} s vs {theirs.train_s:.1f} s "
-                             f"(speed-up {theirs.train_s / mine.train_s:.2f}x)")
+                parts.append(f"{share:.0%} in {mine.clock_s:.1f} s vs {theirs.clock_s:.1f} s "
+                             f"(speed-up {theirs.clock_s / mine.clock_s:.2f}x)")
         out.append(f"{r['method']} vs {ref['method']}: " + ", ".join(parts) + f"; final accuracy {r['final_acc']:.3f} "
                    f"after {r['epochs']} epochs, {ref['link_MB'] / r['link_MB']:.0f}x fewer link bytes.")
     return out
@@ -78,7 +96,7 @@ def plot(runs, goals, path, title):
     for records in runs:
         name = records[-1]["run"]
         acc = [r["test_acc"] for r in records]
-        by_time.plot([r["train_s"] for r in records], acc, marker=".", label=name)
+        by_time.plot([r["train_s"] - (r.get("first_step_s") or 0.0) for r in records], acc, marker=".", label=name)
         by_step.plot([r["step"] for r in records], acc, marker=".", label=name)
     for ax in (by_time, by_step):
         for share, goal in goals.items():
@@ -88,7 +106,7 @@ def plot(runs, goals, path, title):
         ax.set_ylim(max(0.0, min(goals.values()) - 0.25), 1.0)
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right")
-    by_time.set(xlabel="training seconds (evaluation excluded)", ylabel="test accuracy")
+    by_time.set(xlabel="training seconds after the first step (evaluation excluded)", ylabel="test accuracy")
     by_step.set(xlabel="steps", ylabel="test accuracy")
     fig.suptitle(title)
     fig.tight_layout()
@@ -116,7 +134,7 @@ def main(argv=None):
     if empty:
         p.error(f"no records in {', '.join(empty)}: did the training run finish?")
     goals = targets(runs[0])
-    rows = [row(records, goals) for records in runs]
+    rows = [row(records, goals, slowest_step(path)) for path, records in zip(args.logs, runs)]
     lines = [f"**{args.title}**", "", table(rows, goals), ""] + headline(rows)
     if args.probe and os.path.exists(args.probe):
         lines += ["", probe_line(args.probe)]

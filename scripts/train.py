@@ -150,7 +150,8 @@ def parse_args(argv=None):
     p.add_argument("--tensorboard", help="TensorBoard log folder (rank 0)")
     p.add_argument("--tensor-jsonl", help="JSONL file for per-tensor compressor metrics (rank 0)")
     p.add_argument("--tensor-every", type=positive(int), default=10, help="steps between --tensor-jsonl records")
-    p.add_argument("--steps-jsonl", help="JSONL file for throughput over each --log-every-steps interval (rank 0)")
+    p.add_argument("--steps-jsonl", help="JSONL file for throughput over each --log-every-steps interval of "
+                                         "training (evaluations excluded; rank 0)")
     p.add_argument("--log-every-steps", type=positive(int), default=10, help="steps between --steps-jsonl records")
     return p.parse_args(argv)
 
@@ -258,6 +259,7 @@ def main(argv=None):
             if stop:
                 break
             resumed = time.perf_counter()
+            mark += resumed - paused  # --steps-jsonl intervals count training only, as train_s does
         if stop:
             break
     digest = hashlib.sha256(b"".join(v.numpy().tobytes() for v in model.variables)).hexdigest()
