@@ -4,6 +4,7 @@ from horovod.tensorflow.compression import Compression
 from hvd_gradpart.compressors.base import SparseCompressor
 from hvd_gradpart.compressors.dgc import DGCCompressor
 from hvd_gradpart.compressors.gradpart import GradPartCompressor
+from hvd_gradpart.compressors.powersgd import PowerSGDCompressor
 from hvd_gradpart.compressors.sidco import SIDCoCompressor
 from hvd_gradpart.compressors.topk import TopKCompressor
 from hvd_gradpart.compressors.variance import VarianceCompressor
@@ -16,6 +17,7 @@ COMPRESSORS = {
     "variance": VarianceCompressor,
     "dgc": DGCCompressor,
     "sidco": SIDCoCompressor,
+    "powersgd": PowerSGDCompressor,
 }
 
 
