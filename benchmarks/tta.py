@@ -89,7 +89,7 @@ def launch(run, stops, results, hosts):
     part.unlink(missing_ok=True)
     cmd = [sys.executable, str(tp.ROOT / "scripts" / "launch.py"), "-np", "2", *hosts, "--gloo",
            "--disable-cache", sys.executable, str(tp.ROOT / "scripts" / "train.py"),
-           *tp.train_args(run, stops, part)]
+           *tp.train_args(run, stops, part, tp.steps_path(path))]
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "TF_CPP_MIN_LOG_LEVEL": "2"}
     with open(log, "w") as out:

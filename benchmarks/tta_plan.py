@@ -176,8 +176,14 @@ def stop_options(run, reference=None):
             "--max-train-s", f"{max(TIME_FACTOR * clock, TIME_FLOOR_S):.1f}"]
 
 
-def train_args(run, stops, jsonl):
-    """train.py's arguments for ``run``."""
+def steps_path(results_file):
+    """Where a run's time of every step goes (``train.py --steps-jsonl``), beside its records."""
+    return Path(results_file).with_suffix(".steps.jsonl")
+
+
+def train_args(run, stops, jsonl, steps=None):
+    """train.py's arguments for ``run``; ``steps``: a file for the time of every step."""
     options = [a for o in run.method.options for a in ("--compressor-option", o)]
+    every = ["--steps-jsonl", str(steps), "--log-every-steps", "1"] if steps else []
     return ["--model", run.model, "--dataset", "mnist5k", "--compressor", run.method.compressor, *options,
-            "--seed", str(run.seed), "--eval-every", "0.25", *stops, "--jsonl", str(jsonl)]
+            "--seed", str(run.seed), "--eval-every", "0.25", *stops, "--jsonl", str(jsonl), *every]

@@ -16,12 +16,13 @@ import math
 import statistics
 
 from benchmarks import tta_plan as tp
-from hvd_gradpart.progress import SHARES, final_record, targets, time_to_accuracy
+from hvd_gradpart.progress import SHARES, final_record, slowest_step, targets, time_to_accuracy
 
 LOW, HIGH = SHARES
 COLUMNS = [("to 95 %: s", "s95", ".1f"), ("steps", "steps95", ".0f"), ("to 99 %: s", "s99", ".1f"),
            ("steps", "steps99", ".0f"), ("final acc", "final_acc", ".3f"), ("ratio", "ratio", ".0f"),
-           ("link MB to 99 %", "link_MB", ".1f"), ("first step s", "first_step_s", ".1f")]
+           ("link MB to 99 %", "link_MB", ".1f"), ("first step s", "first_step_s", ".1f"),
+           ("slowest step", "slowest", ".1f")]
 
 
 def load(folder):
@@ -34,15 +35,18 @@ def load(folder):
             run = cells.setdefault((model, link), {}).setdefault(method, {"compressor": entry["compressor"],
                                                                           "seeds": {}})
             run["seeds"][seed] = tp.read_records(path)
+            steps = tp.steps_path(path)
+            run.setdefault("slowest", {})[seed] = slowest_step(tp.read_records(steps)) if steps.exists() else None
     order = {name: i for i, name in enumerate(tp.MODELS + tp.LINKS)}
     return dict(sorted(cells.items(), key=lambda kv: tuple(order.get(k, len(order)) for k in kv[0])))
 
 
-def seed_figures(records, reference):
-    """One run's figures against no compression's run of its seed (not reached: inf)."""
+def seed_figures(records, reference, slowest=None):
+    """One run's figures against no compression's run of its seed (not reached: inf);
+    ``slowest``: its slowest step over its median step, when every step was timed."""
     goals = targets(reference)
     last = records[-1]
-    out = {"target95": goals[LOW], "target99": goals[HIGH], "final_acc": last["test_acc"],
+    out = {"slowest": slowest, "target95": goals[LOW], "target99": goals[HIGH], "final_acc": last["test_acc"],
            "ratio": (last.get("compression") or {}).get("compression_ratio"),
            "first_step_s": records[0]["first_step_s"], "end_step": last["step"], "stopped": last.get("stopped")}
     for share, tag in ((LOW, "95"), (HIGH, "99")):
@@ -63,7 +67,7 @@ def spread(values):
 def method_row(name, run, reference):
     """A method's medians and ranges over the seeds it shares with no compression's runs."""
     seeds = sorted(set(run["seeds"]) & set(reference["seeds"]))
-    figures = [seed_figures(run["seeds"][s], reference["seeds"][s]) for s in seeds]
+    figures = [seed_figures(run["seeds"][s], reference["seeds"][s], run.get("slowest", {}).get(s)) for s in seeds]
     row = {"method": name, "compressor": run["compressor"], "seeds": len(seeds),
            "reached99": sum(f["s99"] < math.inf for f in figures), "per_seed": dict(zip(seeds, figures))}
     row.update({key: spread(f[key] for f in figures) for key in [k for _, k, _ in COLUMNS] + ["end_step"]})

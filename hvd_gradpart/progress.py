@@ -17,6 +17,7 @@ the true crossing by less than one evaluation interval. Targets are shares of
 the reference run's (no compression's) final accuracy.
 """
 import math
+import statistics
 from typing import NamedTuple
 
 SHARES = (0.95, 0.99)  # targets: these shares of the reference's final test accuracy
@@ -90,3 +91,11 @@ def time_to_accuracy(records, target):
                          "older scripts/train.py; rerun the training to get time to accuracy")
     return next((Reached(r["train_s"], r["step"], r["epoch"], r["test_acc"], r.get("first_step_s") or 0.0)
                  for r in records if r["test_acc"] >= target), None)
+
+
+def slowest_step(intervals):
+    """The slowest step over the median step, from ``train.py --steps-jsonl`` records of every
+    step (``--log-every-steps 1``), the first step (tracing, compiling) left out; None without
+    such records. A clock to trust has no step far above the median."""
+    times = [r["interval_s"] for r in intervals if r["step"] > 1]
+    return max(times) / statistics.median(times) if times else None

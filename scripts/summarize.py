@@ -15,14 +15,13 @@ run on the same axes, with the targets as dashed lines.
 import argparse
 import json
 import os
-import statistics
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from hvd_gradpart.progress import epoch_records, targets, time_to_accuracy  # noqa: E402
+from hvd_gradpart.progress import epoch_records, slowest_step, targets, time_to_accuracy  # noqa: E402
 
 
 def read(path):
@@ -33,15 +32,13 @@ def read(path):
         return [dict(json.loads(line), run=name) for line in f if line.strip()]
 
 
-def slowest_step(path):
-    """The slowest step of a ``--log-every-steps 1`` log over its median step (the first step
-    excluded), or None when there is no such log."""
+def slowest(path):
+    """``progress.slowest_step`` of the ``--log-every-steps 1`` log beside ``path``, or None."""
     steps = path.removesuffix(".jsonl") + ".steps.jsonl"
     if not os.path.exists(steps):
         return None
     with open(steps) as f:
-        times = [r["interval_s"] for r in map(json.loads, filter(str.strip, f)) if r["step"] > 1]
-    return max(times) / statistics.median(times) if times else None
+        return slowest_step([json.loads(line) for line in f if line.strip()])
 
 
 def row(records, goals, slowest=None):
@@ -134,7 +131,7 @@ def main(argv=None):
     if empty:
         p.error(f"no records in {', '.join(empty)}: did the training run finish?")
     goals = targets(runs[0])
-    rows = [row(records, goals, slowest_step(path)) for path, records in zip(args.logs, runs)]
+    rows = [row(records, goals, slowest(path)) for path, records in zip(args.logs, runs)]
     lines = [f"**{args.title}**", "", table(rows, goals), ""] + headline(rows)
     if args.probe and os.path.exists(args.probe):
         lines += ["", probe_line(args.probe)]

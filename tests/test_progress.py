@@ -1,7 +1,7 @@
 """Time to accuracy from hand-made evaluation records."""
 import pytest
 
-from hvd_gradpart.progress import Reached, epoch_records, evaluation_points, targets, time_to_accuracy
+from hvd_gradpart.progress import Reached, epoch_records, evaluation_points, slowest_step, targets, time_to_accuracy
 
 
 def record(step, train_s, acc, epoch, end=False):
@@ -60,3 +60,10 @@ def test_evaluation_points(steps, every, points):
 def test_evaluation_points_refuse_bad_input(steps, every):
     with pytest.raises(ValueError, match="every in"):
         evaluation_points(steps, every)
+
+
+def test_slowest_step_is_over_the_median_and_leaves_the_first_step_out():
+    intervals = [{"step": 1, "interval_s": 9.0}] + [{"step": s, "interval_s": 0.1} for s in range(2, 10)]
+    intervals[5]["interval_s"] = 0.35
+    assert slowest_step(intervals) == pytest.approx(3.5)
+    assert slowest_step(intervals[:1]) is None
