@@ -14,6 +14,7 @@ buffer, which the residual variable takes over without a copy. No sparse
 update ever touches a variable (one would put it in TensorFlow's
 copy-on-read mode, in which every later read and update copies it).
 """
+import functools
 import logging
 import weakref
 
@@ -22,7 +23,7 @@ import tensorflow as tf
 from horovod.tensorflow.compression import Compressor
 
 from hvd_gradpart import exchange, fused, pacing
-from hvd_gradpart.memory import Memory, SharedWhileTracing, function_graph
+from hvd_gradpart.memory import Memory, SharedWhileTracing, creating_slot_variables, function_graph
 
 _LOG = logging.getLogger("hvd_gradpart")
 PER_TENSOR_HINT = (
@@ -34,15 +35,23 @@ SPARSE_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 
 
 class _OnDefaultInstance:
-    """Method descriptor: ``Cls.method(...)`` runs on ``Cls.instance()``.
+    """Method descriptor: ``Cls.method(...)`` runs on ``Cls.instance()``, and
+    the variables it makes are slot variables (``creating_slot_variables``).
 
     Horovod calls ``compression.compress(t)`` on whatever it was given, so a
     class (``compression=TopKCompressor``) must behave like an instance with
-    default settings.
+    default settings; and it may call it while retracing a function on a
+    later call (its cached allreduce, for a second model), where
+    ``tf.function`` would refuse the new slots' variables.
     """
 
     def __init__(self, fn):
-        self.fn = tf.autograph.experimental.do_not_convert(fn)
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            with creating_slot_variables():
+                return fn(*args, **kwargs)
+
+        self.fn = tf.autograph.experimental.do_not_convert(run)
         self.__doc__ = fn.__doc__
 
     def __get__(self, obj, cls):
@@ -76,7 +85,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         self.min_elements = min_elements
         self.value_encoding = value_encoding
         self.pace = pace
-        self.memory = Memory()
+        self.memory = Memory(type(self).__name__)
         self._alone = weakref.WeakKeyDictionary()
         self._hinted = False
 
