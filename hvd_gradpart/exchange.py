@@ -136,25 +136,37 @@ class Group:
     """Payloads queued in one graph (or eagerly) until their common allgather."""
 
     def __init__(self):
-        self.payloads, self.digests, self.whats = [], [], []
+        self.payloads, self.digests, self.whats, self.skips = [], [], [], []
         self.parts = None
 
-    def add(self, payload, header_digest, what):
-        """Queues ``payload``; returns its position in the group."""
+    def add(self, payload, header_digest, what, skip=None):
+        """Queues ``payload``; returns its position in the group. ``skip``: a bool tensor,
+        true on a step whose payload is empty because its gradient went dense."""
         if self.parts is not None:
             raise RuntimeError("hvd_gradpart: a payload was queued on a group already gathered")
         self.payloads.append(payload)
         self.digests.append(header_digest)
         self.whats.append(what)
+        self.skips.append(skip)
         return len(self.payloads) - 1
 
     def rows(self, position):
-        """Every rank's rows of payload ``position`` in rank order; gathers the group once."""
+        """Every rank's rows of payload ``position`` in rank order; gathers the group once,
+        unless every payload in it skips (then each has no rows)."""
         if self.parts is None:
-            tag = group_tag(self.digests)
-            everyone = hvd.allgather(pack(self.payloads, tag))
-            self.parts = unpack(everyone, [int(p.shape[1]) for p in self.payloads], tag, self._mismatch())
+            widths = [int(p.shape[1]) for p in self.payloads]
+            if any(skip is None for skip in self.skips):
+                self.parts = self._gather(widths)
+            else:
+                nothing = [tf.zeros([0, w], tf.uint8) for w in widths]
+                self.parts = tf.cond(tf.reduce_all(tf.stack(self.skips)), lambda: nothing,
+                                     lambda: self._gather(widths))
         return self.parts[position]
+
+    def _gather(self, widths):
+        tag = group_tag(self.digests)
+        everyone = hvd.allgather(pack(self.payloads, tag))
+        return unpack(everyone, widths, tag, self._mismatch())
 
     def _mismatch(self):
         shown = ", ".join(self.whats[:3]) + (f" and {len(self.whats) - 3} more" if len(self.whats) > 3 else "")
@@ -178,23 +190,36 @@ _OPEN = weakref.WeakKeyDictionary()
 _EAGER = threading.local()
 
 
-def enqueue(encoded, header_digest, what):
-    """Queues ``encoded`` on the open group of the current graph; returns its ``Ticket``.
-
-    Args:
-        encoded: the payload (``encode``'s result).
-        header_digest: the digest packed in its header row.
-        what: the gradient, as named in a disagreement error.
-    """
+def _open_group():
+    """The group payloads queued now would join, or None when a new one must open."""
     graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
     group = getattr(_EAGER, "group", None) if graph is None else _OPEN.get(graph)
-    if group is None or group.parts is not None:
+    return None if group is None or group.parts is not None else group
+
+
+def queued():
+    """How many payloads the open group of the current graph holds (0: the next one opens it)."""
+    group = _open_group()
+    return 0 if group is None else len(group.payloads)
+
+
+def enqueue(payload, header_digest, what, skip=None):
+    """Queues ``payload`` on the open group of the current graph; returns its ``Ticket``.
+
+    Args:
+        payload: ``encode``'s payload (or an empty one when ``skip`` holds).
+        header_digest: the digest packed in its header row.
+        what: the gradient, as named in a disagreement error.
+        skip: see ``Group.add``.
+    """
+    group = _open_group()
+    if group is None:
         group = Group()
-        if graph is None:
+        if tf.executing_eagerly():
             _EAGER.group = group
         else:
-            _OPEN[graph] = group
-    return Ticket(group, group.add(encoded.payload, header_digest, what))
+            _OPEN[tf.compat.v1.get_default_graph()] = group
+    return Ticket(group, group.add(payload, header_digest, what, skip))
 
 
 def group_tag(header_digests):

@@ -58,12 +58,17 @@ def snapshot(compressor):
 
 
 def summary(compressor):
-    """Totals over every gradient: bytes, last-step density and ratio."""
+    """Totals over every gradient: bytes, last-step density and ratio (and, for a
+    compressor that follows the link, its budget's state under ``link``: one step's, or
+    ``{step: state}`` when several models trained)."""
     rows = snapshot(compressor).values()
     total = lambda name: sum(r.get(name, 0.0) for r in rows)
     elements, sent = total("elements"), total("sent_elements")
     sent_bytes = total("total_sent_bytes")
+    budgets = getattr(compressor, "budgets", {})
+    link = {step: budget.read() for step, budget in budgets.items()}
     return {
+        **({"link": next(iter(link.values())) if len(link) == 1 else link} if link else {}),
         "tensors": len(rows),
         "last_density": sent / elements if elements else 0.0,
         "last_sent_bytes": total("sent_bytes"),

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The main job: wall-clock time to accuracy of GradPart (its defaults, and with a 400-step dense
-# warm-up) against no compression and Top-k (1 %), on two edge nodes joined by a 100 Mbit/s link
-# (localhost when namespaces are not allowed). A run is NAME or NAME=COMPRESSOR[,KEY=VALUE...].
+# The main job: wall-clock time to accuracy of GradPart (its defaults) against no compression,
+# Top-k (1 %) and PowerSGD (the fastest peer of the time-to-accuracy matrix on this cell), on two
+# edge nodes joined by a 100 Mbit/s link (localhost when namespaces are not allowed). A run is
+# NAME or NAME=COMPRESSOR[,KEY=VALUE...].
 # Every launch's full output goes to a log under $OUT; the screen gets the demo's own lines,
 # the summary table and, when a step fails, the tail of its log.
-#   MODEL=mlp EPOCHS=3 METHODS="none gradpart gradpart-warmup=gradpart,warmup_steps=400 topk" \
+#   MODEL=mlp EPOCHS=3 METHODS="none gradpart topk powersgd" \
 #     RATE=100mbit OUT=results/demo bash scripts/demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +14,7 @@ PY="$PWD/.venv/bin/python"
 OUT=${OUT:-results/demo}
 MODEL=${MODEL:-mlp}
 EPOCHS=${EPOCHS:-3}
-METHODS=${METHODS:-none gradpart gradpart-warmup=gradpart,warmup_steps=400 topk}
+METHODS=${METHODS:-none gradpart topk powersgd}
 RATE=${RATE:-100mbit}
 mkdir -p "$OUT"
 out=$(cd "$OUT" && pwd)  # the ranks' working folder is not this one

@@ -190,3 +190,15 @@ def test_grouped_table_shows_each_group_count_against_compute_only():
     assert lines[3].startswith("| resnet20 | gradpart | per tensor | 150.0, 150.0 | 1.50x | - |")
     assert lines[4].startswith("| resnet20 | gradpart | 1 | 120.0, 120.0 | 1.20x |")
     assert lines[5] == "| resnet20 | gradpart | 4 | 130.0, 130.0 | 1.30x | 4 GLOO_ALLGATHER (1 tensors, 0.15 ms) |"
+
+
+def test_the_budget_exponent_is_recovered_from_steps_that_fall_as_a_power_of_density():
+    from benchmarks import exponent
+    records = [{"run": "none", "seed": 0, "compressor": "none", "options": {}, "step": 100, "test_acc": 0.9}]
+    for density in (0.001, 0.003, 0.01, 0.03):
+        reach = round(100 * density ** -0.2)  # progress per step ~ density**0.2
+        records += [{"run": f"topk-{density}", "seed": 0, "compressor": "topk", "options": {"ratio": density},
+                     "step": step, "test_acc": 0.9 if step >= reach else 0.5} for step in range(1, 1000)]
+    pts = exponent.points(records, 0.95)
+    assert [d for d, _ in pts] == [0.001, 0.003, 0.01, 0.03]
+    assert exponent.fit(pts) == pytest.approx(0.2, abs=0.01)

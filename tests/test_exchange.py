@@ -97,7 +97,7 @@ def encoded(selections, encoding="native"):
 
 def queue(selections):
     """Queues the pairs on one group; returns their tickets."""
-    return [exchange.enqueue(e, header, f"gradient {i}") for i, (e, header) in enumerate(encoded(selections))]
+    return [exchange.enqueue(e.payload, header, f"gradient {i}") for i, (e, header) in enumerate(encoded(selections))]
 
 
 def rank_block(selections):

@@ -23,6 +23,7 @@ import tensorflow as tf
 from horovod.tensorflow.compression import Compressor
 
 from hvd_gradpart import exchange, fused, pacing
+from hvd_gradpart.budget import FIGURES
 from hvd_gradpart.memory import Memory, SharedWhileTracing, creating_slot_variables, function_graph
 
 _LOG = logging.getLogger("hvd_gradpart")
@@ -168,6 +169,11 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         """The per-method state to store once ``indices`` were sent (default ``state``)."""
         return state
 
+    def link_budget(self, slot):
+        """The ``hvd_gradpart.budget.Budget`` that prices ``slot``'s step on the link, or None
+        (the default: a fixed selection rule, always sparse)."""
+        return None
+
     def inputs(self, slot, grad):
         """``{name: value}`` of the slot's per-method variables, as ``accumulate`` gets them."""
         return {name: v.value() for name, v in slot.state.items()}
@@ -220,28 +226,61 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
 
     @_OnDefaultInstance
     def compress(self, tensor):
-        """Selects, updates the residual, gathers; returns ``(marker, ctx)``."""
+        """Selects, updates the residual, gathers; returns ``(marker, ctx)``. A method that
+        follows the link (``budget``) may instead hand Horovod the gradient and its marker."""
         if not self.sparsifies(tensor):
             return self._whole(tensor) if _travels_whole(tensor) else (tensor, None)
         slot = self.memory.slot(tensor, self.state_spec(), self.pace)
         n = tensor.shape.num_elements()
         what = f"gradient {slot.key} ({tensor.dtype.name}{tensor.shape})"
-        grad = tf.reshape(tensor, [-1])
-        swept = self.run_sweep(slot, grad, what)
-        indices, diagnostics = self.select(swept, grad, slot)
         setting = f"{type(self).__name__}{self.settings()}"
         header = exchange.digest(f"{n}/{tensor.dtype.name}/{setting}")
-        encoded = exchange.encode(tf.gather(swept.acc, indices), indices, self.value_encoding, header)
-        self._store(slot, swept, indices, encoded.sent)
-        ticket = exchange.enqueue(encoded, header, what)
-        k = tf.size(indices)
-        slot.metrics.record(
-            elements=n, dense_bytes=n * tensor.dtype.size, sent_elements=k,
-            sent_bytes=exchange.payload_bytes(k, tensor.dtype, self.value_encoding, ticket.position == 0),
-            **diagnostics)
         mismatch = (f"hvd_gradpart: ranks disagree on {what} under {setting}: every rank must build "
                     "the same model and the same compressor settings")
-        return exchange.marker(), (ticket, tensor, mismatch, self.value_encoding, slot.pacer)
+        grad = tf.reshape(tensor, [-1])
+        opens_group = exchange.queued() == 0
+        graph = function_graph()
+        budget = self.link_budget(slot) if graph is not None else None
+        if budget is None or tensor.dtype != exchange.MARKER_DTYPE:
+            payload = self._sparse(slot, grad, what, header, opens_group)
+            ticket = exchange.enqueue(payload, header, what)
+            return exchange.marker(), (ticket, tensor, mismatch, self.value_encoding, slot.pacer, None)
+        first = budget.starts(graph)
+        dense, figures = budget.begin(graph) if first else (budget.mode(), None)
+        tail = exchange.marker() if figures is None else tf.concat([exchange.marker(), figures], 0)
+        empty = tf.zeros([0, exchange.row_width(tensor.dtype, self.value_encoding)], tf.uint8)
+        out, payload = budget.left(graph, tf.cond(
+            dense, lambda: (tf.concat([self._dense(slot, grad, budget), tail], 0), empty),
+            lambda: (tail, self._sparse(slot, grad, what, header, opens_group, budget))))
+        ticket = exchange.enqueue(payload, header, what, skip=dense)
+        return out, (ticket, tensor, mismatch, self.value_encoding, slot.pacer, (budget, graph, dense, first))
+
+    def _sparse(self, slot, grad, what, header, opens_group, budget=None):
+        """Selects, stores the residual and records; returns the payload to gather."""
+        n = grad.shape.num_elements()
+        swept = self.run_sweep(slot, grad, what)
+        indices, diagnostics = self.select(swept, grad, slot)
+        encoded = exchange.encode(tf.gather(swept.acc, indices), indices, self.value_encoding, header)
+        self._store(slot, swept, indices, encoded.sent)
+        k = tf.size(indices)
+        slot.metrics.record(
+            elements=n, dense_bytes=n * grad.dtype.size, sent_elements=k,
+            sent_bytes=exchange.payload_bytes(k, grad.dtype, self.value_encoding, opens_group),
+            **diagnostics)
+        if budget is not None:
+            budget.count(k, n)
+        return encoded.payload
+
+    def _dense(self, slot, grad, budget):
+        """The gradient with its residual flushed into it (the residual is then zero): what a
+        dense step hands Horovod's allreduce; no compress pass, no selection."""
+        n = grad.shape.num_elements()
+        acc = grad + slot.residual.value()
+        slot.residual.assign(tf.zeros_like(acc), read_value=False)
+        slot.metrics.record(elements=n, dense_bytes=n * grad.dtype.size, sent_elements=n,
+                            sent_bytes=n * grad.dtype.size)
+        budget.count(n, n)
+        return acc
 
     def _whole(self, tensor):
         """Queues every element of a small float tensor whose dtype is not the marker's."""
@@ -251,8 +290,8 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         encoded = exchange.encode(tf.reshape(tensor, [-1]), tf.range(n), "native", header)
         mismatch = (f"hvd_gradpart: ranks disagree on {what}: every rank must build the same model "
                     "and the same compressor settings")
-        return exchange.marker(), (exchange.enqueue(encoded, header, what), tensor, mismatch, "native",
-                                   None)
+        return exchange.marker(), (exchange.enqueue(encoded.payload, header, what), tensor, mismatch, "native",
+                                   None, None)
 
     def _hint_if_per_tensor(self, reduced):
         """Logs ``PER_TENSOR_HINT`` once (rank 0) when a second gradient of one
@@ -273,10 +312,23 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         paced when the compressor paces); dense passes through."""
         if ctx is None:
             return tensor
-        ticket, original, mismatch, encoding, pacer = ctx
+        ticket, original, mismatch, encoding, pacer, link = ctx
         self._hint_if_per_tensor(tensor)
-        total = exchange.decode_sum(ticket.rows(), original.shape.num_elements(), original.dtype,
-                                    encoding, exchange.marker_scale(tensor), mismatch)
+        n = original.shape.num_elements()
+        if link is None:
+            total = exchange.decode_sum(ticket.rows(), n, original.dtype, encoding,
+                                        exchange.marker_scale(tensor), mismatch)
+        else:
+            budget, graph, dense, first = link
+            tensor, rows = budget.arrived(graph, (tensor, ticket.rows()))
+            tail = 1 + FIGURES if first else 1
+            marker = tensor[-tail:][:1]
+            total = tf.cond(dense, lambda: tensor[:n], lambda: exchange.decode_sum(
+                rows, n, original.dtype, encoding, exchange.marker_scale(marker), mismatch))
+            if first:
+                update = budget.update(tensor[-FIGURES:], marker[0])
+                with tf.control_dependencies([update]):
+                    total = tf.identity(total)
         if pacer is not None:
             total = pacer.release(total)
         return tf.reshape(total, original.shape)

@@ -15,15 +15,22 @@ Each step, per gradient (formulas and their derivation in docs/algorithm.md):
    trips; everything unsent stays in the residual. During the first
    ``warmup_steps`` the floor falls log-linearly from the ceiling to
    ``density_floor`` (a dense start, as DGC's warm-up), so short runs and
-   adaptive optimizers are not starved while the predictions settle.
+   adaptive optimizers are not starved while the predictions settle;
+5. follow the link (``hvd_gradpart.budget``): one shared price, in nats,
+   joins every area's position cost, so the step sends what pays for itself
+   in progress per second on the measured link; when a dense allreduce of
+   the gradient makes more progress per second, the step hands Horovod the
+   gradient itself.
 """
 import math
 
 import tensorflow as tf
 
 from hvd_gradpart import entropy, partition, stats
+from hvd_gradpart.budget import Budget
 from hvd_gradpart.compressors import topk
 from hvd_gradpart.compressors.base import SparseCompressor
+from hvd_gradpart.memory import function_graph
 
 _SCALAR = lambda value: (lambda n, dtype: tf.constant(value, tf.float64))
 
@@ -44,6 +51,8 @@ class GradPartCompressor(SparseCompressor):
         entropy: ablation switch; False sends a fixed tail fraction
             ``fixed_density`` of the fitted distribution instead.
         predict: ablation switch; False uses each step's own fit.
+        follow_link: ablation switch; False prices a sent value in bytes
+            only (no shared price, never dense).
         fixed_density: tail fraction used when ``entropy`` is False.
         value_encoding: "fp16" (default: values travel as float16, what
             rounding removes stays in the residual) or "native".
@@ -52,7 +61,8 @@ class GradPartCompressor(SparseCompressor):
 
     def __init__(self, sample_size=4096, prediction_decay=0.9, margin=0.0,
                  density_floor=1e-4, density_ceiling=0.02, warmup_steps=0, fit=True, partition=True,
-                 entropy=True, predict=True, fixed_density=1e-3, value_encoding="fp16", **kwargs):
+                 entropy=True, predict=True, follow_link=True, fixed_density=1e-3, value_encoding="fp16",
+                 **kwargs):
         super().__init__(value_encoding=value_encoding, **kwargs)
         _check("sample_size", sample_size, lambda v: isinstance(v, int) and v >= 16, "an int >= 16")
         _check("prediction_decay", prediction_decay, lambda v: 0.0 <= v < 1.0, "in [0, 1)")
@@ -69,13 +79,15 @@ class GradPartCompressor(SparseCompressor):
         self.density_ceiling = density_ceiling
         self.warmup_steps = warmup_steps
         self.use_fit, self.use_partition, self.use_entropy = fit, partition, entropy
+        self.follow_link = bool(follow_link)
         self.fixed_density = fixed_density
+        self.budgets = {}  # one link budget per model's step (the slot keys' prefix)
 
     def state_spec(self):
         return {"mu": _SCALAR(0.0), "alpha": _SCALAR(1.0), "beta": _SCALAR(2.0), "steps": _SCALAR(0.0)}
 
     @tf.function(jit_compile=True, reduce_retracing=True, autograph=False)
-    def plan(self, sample, previous, steps, n):
+    def plan(self, sample, previous, steps, n, price):
         """Predicted fit, key-area size, boundary and thresholds for an
         ``n``-element gradient, from its strided ``sample``: O(sample), one
         compiled call, traced once per sample shape (``n`` is a tensor).
@@ -85,6 +97,7 @@ class GradPartCompressor(SparseCompressor):
             previous: the last prediction (``stats.Fit``).
             steps: how many steps the prediction has seen.
             n: the gradient's size (a float64 scalar tensor).
+            price: the link's price of a sent value, nats (float64 scalar).
         """
         nonzero = tf.not_equal(sample, 0)
         current = stats.fit(sample, None if self.use_fit else stats.GAUSSIAN, weights=nonzero)
@@ -97,22 +110,36 @@ class GradPartCompressor(SparseCompressor):
         else:
             key_size, sparse_size = tf.constant(0.0, tf.float64), n
             edge = tf.constant(float("inf"), tf.float64)
-        tau_sparse = self.area_threshold(fit, sparse_size)
-        tau_key = self.area_threshold(fit, key_size) if self.use_partition else tau_sparse
+        tau_sparse = self.area_threshold(fit, sparse_size, price)
+        tau_key = self.area_threshold(fit, key_size, price) if self.use_partition else tau_sparse
         return fit, key_size, edge, tau_key, tau_sparse
 
-    def area_threshold(self, fit, size):
-        """One area's threshold: entropy rule, or fixed tail when ablated."""
+    def link_budget(self, slot):
+        """The link budget of the step ``slot`` belongs to (each model's step its own), made on
+        first use; None with ``follow_link=False``."""
+        if not self.follow_link:
+            return None
+        step = slot.key.rsplit("/", 1)[0]
+        if step not in self.budgets:
+            with tf.init_scope():
+                self.budgets[step] = Budget(self.density_ceiling)
+        return self.budgets[step]
+
+    def area_threshold(self, fit, size, price):
+        """One area's threshold: entropy rule (a position's cost plus the link's price), or
+        fixed tail when ablated."""
         if not self.use_entropy:
             return entropy.tail_threshold(fit, self.fixed_density)
-        return entropy.power_threshold(fit, entropy.position_cost(size) + self.margin)
+        return entropy.power_threshold(fit, tf.maximum(entropy.position_cost(size) + self.margin + price, 0.0))
 
     def prepare(self, residual, grad, state, slot):
         s = slot.state
         previous = stats.Fit(s["mu"].read_value(), s["alpha"].read_value(), s["beta"].read_value(),
                              tf.constant(stats.GAUSSIAN))
+        budget = self.link_budget(slot) if function_graph() is not None else None  # see hvd_gradpart.budget
+        price = budget.price.read_value() if budget is not None else tf.constant(0.0, tf.float64)
         return self.plan(stats.strided_sample(grad, self.sample_size), previous, s["steps"].read_value(),
-                         tf.constant(grad.shape.num_elements(), tf.float64))
+                         tf.constant(grad.shape.num_elements(), tf.float64), price)
 
     def mask(self, acc, grad, state, plan):
         fit, _, edge, tau_key, tau_sparse = plan
