@@ -16,26 +16,28 @@ the same decisions on the same step. Sparse steps move one shared price, nats
 added to every area's position cost, by ``GAIN`` per e-fold of the bytes sent
 over the target ``g / (1 - g) * T`` times the bandwidth (a target in bytes,
 not in link time: a collective's fixed cost, Horovod's cycle and latency, is
-not what the price can buy down). The price starts at ``-PRICE_LIMIT`` (the
-density ceiling), so the first payloads are large enough to measure the link,
-and never rises above 0: the link may buy more than the entropy rule alone
-sends, never less. A dense step (Horovod's allreduce of the gradient with its
-residual flushed in, no compress pass) is taken while its rate ``1 / (T + D)``
-beats the best sparse rate the bandwidth allows. A dense step measures the
-bandwidth; sparse steps give their payload's throughput (link time less the
-collective's fixed cost, the least sparse link time seen), which replaces the
-estimate at first, when it is higher, and when it falls below half of it (a
-slower link). A one-step dense probe refreshes it whenever the sparse steps
-since the last dense one add up to ``1 / PROBE_SHARE`` dense steps. Outside a
-traced function (eager ``hvd.allreduce``) nothing is measured: the exchange
-stays sparse and the price stays out of the thresholds.
+not what the price can buy down). The price starts at ``START_PRICE`` (about
+the density ceiling), so the first payloads are large enough to measure the
+link, and never rises above 0: the link may buy more than the entropy rule
+alone sends, never less. A dense step (Horovod's allreduce of the gradient
+with its residual flushed in, no compress pass) is taken while its rate ``1 /
+(T + D)`` beats the best sparse rate the bandwidth allows. A dense step
+measures the bandwidth; sparse steps give their payload's throughput (link
+time less the collective's fixed cost, the least sparse link time seen;
+smoothed), which replaces the estimate at first, when it is higher, and when
+it falls below half of it (a slower link). A one-step dense probe refreshes it
+whenever the sparse steps since the last dense one add up to ``1 /
+PROBE_SHARE`` dense steps. Outside a traced function (eager ``hvd.allreduce``)
+nothing is measured: the exchange stays sparse and the price stays out of the
+thresholds.
 """
 import weakref
 
 import tensorflow as tf
 
 EXPONENT = 0.16     # g: progress per step ~ density**g (Top-k's frontier, docs/algorithm.md)
-GAIN = 0.15         # price change (nats) per e-fold of bytes sent over their target
+GAIN = 0.3          # price change (nats) per e-fold of bytes sent over their target
+START_PRICE = -10.0  # nats: about the density ceiling on a 1M-element area, a payload that measures the link
 PRICE_LIMIT = 20.0  # |price| bound, nats (a position among 1e8 costs 18.4)
 PROBE_SHARE = 0.05  # a dense probe costs at most this share of the sparse time since the last
 SMOOTHING = 0.8     # weight of the past in the measured non-link time
@@ -54,7 +56,7 @@ class Budget(tf.Module):
         super().__init__(name="budget")
         self.ceiling = density_ceiling
         f64 = lambda value, name: tf.Variable(tf.constant(value, tf.float64), trainable=False, name=name)
-        self.price = f64(-PRICE_LIMIT, "price")       # nats added to every position cost
+        self.price = f64(START_PRICE, "price")        # nats added to every position cost
         self.dense = f64(0.0, "dense")                # 1: the next steps hand Horovod the gradient
         self.step_dense = f64(0.0, "step_dense")      # the mode of the step now running
         self.measured_dense = f64(0.0, "measured_dense")  # ... of the step its figures describe
@@ -68,6 +70,7 @@ class Budget(tf.Module):
         self.other_s = f64(0.0, "other_s")            # non-link time per step (smoothed, shared)
         self.bandwidth = f64(0.0, "bandwidth")        # bytes/s of the link (shared)
         self.fixed_s = f64(0.0, "fixed_s")            # a collective's fixed cost: least sparse link time
+        self.payload_bw = f64(0.0, "payload_bw")      # sparse payloads' throughput (smoothed, shared)
         self.since_dense_s = f64(0.0, "since_dense_s")  # sparse step time since the last dense step
         self._last_call = weakref.WeakKeyDictionary()  # function graph -> "compress" / "decompress"
 
@@ -146,8 +149,10 @@ class Budget(tf.Module):
         other_s = smooth(self.other_s, other, ok)
         fixed_s = tf.where(sparse_step, tf.where(self.fixed_s > 0.0, tf.minimum(link_s, 1.02 * self.fixed_s), link_s),
                            self.fixed_s)
+        informative = sparse_step & (link_s > 2.0 * fixed_s)
+        payload_bw = smooth(self.payload_bw, sent_bytes / tf.maximum(link_s - fixed_s, 1e-6), informative)
         bandwidth = self.bandwidth_from(dense_step, sparse_step, dense_bytes / link_s, sent_bytes / link_s,
-                                        sent_bytes / tf.maximum(link_s - fixed_s, 1e-6), link_s > 2.0 * fixed_s)
+                                        payload_bw, informative)
         target_bytes = EXPONENT / (1 - EXPONENT) * other_s * bandwidth
         moves = sparse_step & (sent_bytes > 0.0) & (target_bytes > 0.0)
         step = GAIN * tf.math.log(tf.math.divide_no_nan(sent_bytes, target_bytes))
@@ -159,7 +164,8 @@ class Budget(tf.Module):
         probe = known & ~dense & (since * PROBE_SHARE >= other_s + dense_link)
         dense = tf.where(known, dense | probe, self.dense > 0.5)
         return tf.group(
-            self.other_s.assign(other_s), self.fixed_s.assign(fixed_s), self.bandwidth.assign(bandwidth),
+            self.other_s.assign(other_s), self.fixed_s.assign(fixed_s), self.payload_bw.assign(payload_bw),
+            self.bandwidth.assign(bandwidth),
             self.price.assign(price), self.since_dense_s.assign(tf.where(probe, zero, since)),
             self.dense.assign(tf.cast(dense, tf.float64)))
 
@@ -167,8 +173,8 @@ class Budget(tf.Module):
         """The bandwidth after a step: a dense step measures it; the first sparse step gives a
         lower bound (its payload over its link time); later sparse steps whose link time is well
         above the fixed cost (``informative``) give their payload's throughput (link time less
-        the fixed cost), taken when it is higher (a faster link) or below half the estimate (a
-        slower link)."""
+        the fixed cost, smoothed), taken when it is higher (a faster link) or below half the
+        estimate (a slower link)."""
         old = self.bandwidth
         moved = informative & ((payload_bw > old) | (2.0 * payload_bw < old))
         sparse = tf.where(old == 0.0, first_bw, tf.where(moved, payload_bw, old))
