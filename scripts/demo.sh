@@ -5,7 +5,7 @@
 # NAME or NAME=COMPRESSOR[,KEY=VALUE...].
 # Every launch's full output goes to a log under $OUT; the screen gets the demo's own lines,
 # the summary table and, when a step fails, the tail of its log.
-#   MODEL=mlp EPOCHS=3 METHODS="none gradpart topk powersgd" \
+#   MODEL=mlp EPOCHS=4 METHODS="none gradpart topk powersgd" \
 #     RATE=100mbit OUT=results/demo bash scripts/demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TF_CPP_MIN_LOG_
 PY="$PWD/.venv/bin/python"
 OUT=${OUT:-results/demo}
 MODEL=${MODEL:-mlp}
-EPOCHS=${EPOCHS:-3}
+EPOCHS=${EPOCHS:-4}
 METHODS=${METHODS:-none gradpart topk powersgd}
 RATE=${RATE:-100mbit}
 mkdir -p "$OUT"
