@@ -27,9 +27,11 @@ time less the collective's fixed cost, the least sparse link time seen;
 smoothed), which replaces the estimate at first, when it is higher, and when
 it falls below half of it (a slower link). A one-step dense probe refreshes it
 whenever the sparse steps since the last dense one add up to ``1 /
-PROBE_SHARE`` dense steps. Outside a traced function (eager ``hvd.allreduce``)
-nothing is measured: the exchange stays sparse and the price stays out of the
-thresholds.
+PROBE_SHARE`` dense steps, and comes at once while no dense step has measured
+the link and the sparse link time is under the step's other time (mostly fixed
+cost: such payloads say little of the link, and neither lowers the estimate).
+Outside a traced function (eager ``hvd.allreduce``) nothing is measured: the
+exchange stays sparse and the price stays out of the thresholds.
 """
 import weakref
 
@@ -71,6 +73,7 @@ class Budget(tf.Module):
         self.bandwidth = f64(0.0, "bandwidth")        # bytes/s of the link (shared)
         self.fixed_s = f64(0.0, "fixed_s")            # a collective's fixed cost: least sparse link time
         self.payload_bw = f64(0.0, "payload_bw")      # sparse payloads' throughput (smoothed, shared)
+        self.probed = f64(0.0, "probed")              # 1 once a dense step has measured the link
         self.since_dense_s = f64(0.0, "since_dense_s")  # sparse step time since the last dense step
         self._last_call = weakref.WeakKeyDictionary()  # function graph -> "compress" / "decompress"
 
@@ -149,7 +152,10 @@ class Budget(tf.Module):
         other_s = smooth(self.other_s, other, ok)
         fixed_s = tf.where(sparse_step, tf.where(self.fixed_s > 0.0, tf.minimum(link_s, 1.02 * self.fixed_s), link_s),
                            self.fixed_s)
-        informative = sparse_step & (link_s > 2.0 * fixed_s)
+        # a payload tells of the link only where it takes time of its own: its link time is well
+        # over the fixed cost, and at the bandwidth so far it would take half that cost or more
+        informative = sparse_step & (link_s > 2.0 * fixed_s) & (
+            (self.bandwidth == 0.0) | (sent_bytes >= 0.5 * fixed_s * self.bandwidth))
         payload_bw = smooth(self.payload_bw, sent_bytes / tf.maximum(link_s - fixed_s, 1e-6), informative)
         bandwidth = self.bandwidth_from(dense_step, sparse_step, dense_bytes / link_s, sent_bytes / link_s,
                                         payload_bw, informative)
@@ -161,12 +167,17 @@ class Budget(tf.Module):
         dense_link = tf.math.divide_no_nan(dense_bytes, bandwidth)
         known = (other_s > 0.0) & (bandwidth > 0.0)
         dense = self.choose(other_s, dense_link, bandwidth, dense_bytes)
-        probe = known & ~dense & (since * PROBE_SHARE >= other_s + dense_link)
+        probed = tf.where(dense_step, tf.ones([], tf.float64), self.probed)
+        # A sparse link time under the step's other time says little of the bandwidth (it is
+        # mostly fixed cost): the first probe then comes at once, as cheap as the link is fast.
+        blind = sparse_step & (probed < 0.5) & (link_s < other_s)
+        probe = known & ~dense & ((since * PROBE_SHARE >= other_s + dense_link) | blind)
         dense = tf.where(known, dense | probe, self.dense > 0.5)
         return tf.group(
             self.other_s.assign(other_s), self.fixed_s.assign(fixed_s), self.payload_bw.assign(payload_bw),
             self.bandwidth.assign(bandwidth),
             self.price.assign(price), self.since_dense_s.assign(tf.where(probe, zero, since)),
+            self.probed.assign(probed),
             self.dense.assign(tf.cast(dense, tf.float64)))
 
     def bandwidth_from(self, dense_step, sparse_step, dense_bw, first_bw, payload_bw, informative):

@@ -49,17 +49,23 @@ def test_a_slow_link_stays_sparse_and_the_price_buys_the_target_bytes():
 
 def test_a_fast_link_goes_dense_after_its_probe():
     b = controller()
-    for _ in range(10):
-        feed(b, *sparse_step_figures(bandwidth=1e9))  # sparse steps see mostly fixed cost
-    dense = [b.dense.numpy()]
-    for _ in range(400):
-        if b.dense.numpy() > 0.5:  # a probe: the dense exchange of 4 MB at 1 GB/s
+    dense = []
+    for _ in range(40):
+        if b.dense.numpy() > 0.5:  # the dense exchange of 4 MB at 1 GB/s
             feed(b, 0.02 + 0.004, 0.004, 1.0, dense=True)
-        else:
+        else:  # sparse steps on a fast link see mostly fixed cost: they say little of the link
             feed(b, *sparse_step_figures(bandwidth=1e9), dense=False)
         dense.append(b.dense.numpy())
-    assert dense[0] == 0.0 and dense[-1] == 1.0
+    assert dense.index(1.0) <= 2  # the first probe comes at once
+    assert all(d == 1.0 for d in dense[5:])
     assert b.bandwidth.numpy() == pytest.approx(4e6 / 0.004)
+
+
+def test_a_slow_link_is_probed_only_on_schedule():
+    b = controller()
+    for _ in range(20):  # 10 Mbit/s: the payload's link time dwarfs the step's other time
+        feed(b, *sparse_step_figures(bandwidth=1.25e6), dense=False)
+        assert b.dense.numpy() == 0.0
 
 
 def test_a_dense_link_that_slows_goes_back_to_sparse():
