@@ -28,10 +28,11 @@ smoothed), which replaces the estimate at first, when it is higher, and when
 it falls below half of it (a slower link). A one-step dense probe refreshes it
 whenever the sparse steps since the last dense one add up to ``1 /
 PROBE_SHARE`` dense steps, and comes at once while no dense step has measured
-the link and the sparse link time is under the step's other time (mostly fixed
-cost: such payloads say little of the link, and neither lowers the estimate).
-Outside a traced function (eager ``hvd.allreduce``) nothing is measured: the
-exchange stays sparse and the price stays out of the thresholds.
+the link, the sparse link time is under the step's other time and the probe
+would cost at most 20 of those (mostly fixed cost: such payloads say little of
+the link, and neither lowers the estimate). Outside a traced function (eager
+``hvd.allreduce``) nothing is measured: the exchange stays sparse and the
+price stays out of the thresholds.
 """
 import weakref
 
@@ -169,8 +170,10 @@ class Budget(tf.Module):
         dense = self.choose(other_s, dense_link, bandwidth, dense_bytes)
         probed = tf.where(dense_step, tf.ones([], tf.float64), self.probed)
         # A sparse link time under the step's other time says little of the bandwidth (it is
-        # mostly fixed cost): the first probe then comes at once, as cheap as the link is fast.
-        blind = sparse_step & (probed < 0.5) & (link_s < other_s)
+        # mostly fixed cost): the first probe then comes at once, if even at the bandwidth so
+        # far (a lower bound) it costs no more than the probes' share of 20 steps.
+        blind = (sparse_step & (probed < 0.5) & (link_s < other_s)
+                 & (tf.math.divide_no_nan(dense_bytes, bandwidth) * PROBE_SHARE <= other_s))
         probe = known & ~dense & ((since * PROBE_SHARE >= other_s + dense_link) | blind)
         dense = tf.where(known, dense | probe, self.dense > 0.5)
         return tf.group(
