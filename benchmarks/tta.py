@@ -81,15 +81,13 @@ class Cluster:
             sys.exit(f"tta: error: scripts/edge_cluster.sh {' '.join(args)} failed: {why}{hint}")
 
 
-def launch(run, stops, results, hosts):
-    """One train.py launch into a partial file, renamed once it ended well; returns its exit code."""
-    path = run.path(results)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    part, log = path.with_name(path.name + ".part"), path.with_suffix(".log")
-    part.unlink(missing_ok=True)
+@contextlib.contextmanager
+def train_launch(train_args, hosts, log):
+    """``scripts/train.py train_args`` on two ranks through ``scripts/launch.py --gloo``, its
+    output in ``log``; yields the running launch, which ends (its whole process group) if it
+    still runs when the block exits."""
     cmd = [sys.executable, str(tp.ROOT / "scripts" / "launch.py"), "-np", "2", *hosts, "--gloo",
-           "--disable-cache", sys.executable, str(tp.ROOT / "scripts" / "train.py"),
-           *tp.train_args(run, stops, part, tp.steps_path(path))]
+           "--disable-cache", sys.executable, str(tp.ROOT / "scripts" / "train.py"), *train_args]
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "TF_CPP_MIN_LOG_LEVEL": "2"}
     with open(log, "w") as out:
@@ -98,11 +96,21 @@ def launch(run, stops, results, hosts):
         proc = subprocess.Popen(cmd, cwd=tp.ROOT, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
         try:
-            code = proc.wait()
+            yield proc
         finally:
             if proc.poll() is None:  # the driver is stopping: the launch ends with it
                 os.killpg(proc.pid, signal.SIGTERM)
                 proc.wait()
+
+
+def launch(run, stops, results, hosts):
+    """One train.py launch into a partial file, renamed once it ended well; returns its exit code."""
+    path = run.path(results)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part, log = path.with_name(path.name + ".part"), path.with_suffix(".log")
+    part.unlink(missing_ok=True)
+    with train_launch(tp.train_args(run, stops, part, tp.steps_path(path)), hosts, log) as proc:
+        code = proc.wait()
     if code == 0 and part.exists() and part.stat().st_size:
         part.rename(path)
         return 0

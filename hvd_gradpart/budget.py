@@ -18,19 +18,25 @@ over the target ``g / (1 - g) * T`` times the bandwidth (a target in bytes,
 not in link time: a collective's fixed cost, Horovod's cycle and latency, is
 not what the price can buy down). The price starts at ``START_PRICE`` (about
 the density ceiling), so the first payloads are large enough to measure the
-link, and never rises above 0: the link may buy more than the entropy rule
-alone sends, never less. A dense step (Horovod's allreduce of the gradient
-with its residual flushed in, no compress pass) is taken while its rate ``1 /
-(T + D)`` beats the best sparse rate the bandwidth allows. A dense step
-measures the bandwidth; sparse steps give their payload's throughput (link
-time less the collective's fixed cost, the least sparse link time seen;
-smoothed), which replaces the estimate at first, when it is higher, and when
-it falls below half of it (a slower link). A one-step dense probe refreshes it
-whenever the sparse steps since the last dense one add up to ``1 /
-PROBE_SHARE`` dense steps, and comes at once while no dense step has measured
-the link, the sparse link time is under the step's other time and the probe
-would cost at most 20 of those (mostly fixed cost: such payloads say little of
-the link, and neither lowers the estimate). Outside a traced function (eager
+link, and moves within ``PRICE_LIMIT`` either way: a fast link buys more than
+the entropy rule alone sends, a slow one less (down to the density floor). A
+dense step (Horovod's allreduce of the gradient with its residual flushed in,
+no compress pass) is taken while its rate ``1 / (T_dense + D)`` beats the best
+sparse rate the bandwidth allows; ``T`` and ``T_dense`` are measured apart
+(a sparse step's compress passes are not a dense step's). A dense step
+measures the bandwidth. Sparse steps fit a line ``link = fixed + bytes /
+bandwidth`` through their recent (bytes, link time) points: its slope tells a
+payload's time from the collective's fixed cost (Horovod's cycle, latency),
+which a payload's own throughput cannot, as long as their bytes vary (the
+entropy rule's counts do, step to step). The first sparse step's payload over
+its link time gives a lower bound; a higher bound (a faster link) replaces the
+estimate, and each step moves it ``FOLLOW`` of the way (in log) toward the
+fitted line's (a dense step's measure, a link that changed; one noisy fit moves
+it part way). A one-step dense probe refreshes it whenever the
+sparse steps since the last dense one add up to ``1 / PROBE_SHARE`` dense
+steps, and comes at once while no dense step has measured the link, the
+sparse link time is under the step's other time and the probe would cost at
+most 20 of those (a fast link, whose payloads are mostly fixed cost). Outside a traced function (eager
 ``hvd.allreduce``) nothing is measured: the exchange stays sparse and the
 price stays out of the thresholds.
 """
@@ -39,11 +45,15 @@ import weakref
 import tensorflow as tf
 
 EXPONENT = 0.16     # g: progress per step ~ density**g (Top-k's frontier, docs/algorithm.md)
-GAIN = 0.3          # price change (nats) per e-fold of bytes sent over their target
+GAIN = 1.0          # price change (nats) per e-fold of bytes sent over their target (docs/algorithm.md)
 START_PRICE = -10.0  # nats: about the density ceiling on a 1M-element area, a payload that measures the link
 PRICE_LIMIT = 20.0  # |price| bound, nats (a position among 1e8 costs 18.4)
 PROBE_SHARE = 0.05  # a dense probe costs at most this share of the sparse time since the last
 SMOOTHING = 0.8     # weight of the past in the measured non-link time
+FADING = 0.9        # weight of the past in the bytes-to-link-time fit (about 10 steps)
+FIT_STEPS = 5.0     # faded steps the fit needs ...
+FIT_SPREAD = 0.25   # ... and the spread of their bytes (std over mean), to tell payload from fixed cost
+FOLLOW = 0.3        # share of the log-distance to the fitted bandwidth that one step covers
 VALUE_BYTES = 6.0   # bytes a sparse value costs on the wire (int32 index + fp16 value)
 FIGURES = 4         # what the first marker carries: step s, link s, sent share, valid
 
@@ -70,18 +80,21 @@ class Budget(tf.Module):
         self.total = f64(0.0, "total")                # ... of the elements it exchanged
         self.elements = f64(0.0, "elements")          # elements the last step exchanged
         self.steps = f64(0.0, "steps")                # steps begun
-        self.other_s = f64(0.0, "other_s")            # non-link time per step (smoothed, shared)
+        self.other_s = f64(0.0, "other_s")            # non-link time of sparse steps (smoothed, shared)
+        self.other_dense_s = f64(0.0, "other_dense_s")  # ... of dense steps (no compress pass)
         self.bandwidth = f64(0.0, "bandwidth")        # bytes/s of the link (shared)
-        self.fixed_s = f64(0.0, "fixed_s")            # a collective's fixed cost: least sparse link time
-        self.payload_bw = f64(0.0, "payload_bw")      # sparse payloads' throughput (smoothed, shared)
+        # fading sums over sparse steps of 1, bytes, link s, bytes**2, bytes * link s (``line``)
+        self.moments = [f64(0.0, f"fit_{name}") for name in ("w", "b", "l", "bb", "bl")]
         self.probed = f64(0.0, "probed")              # 1 once a dense step has measured the link
         self.since_dense_s = f64(0.0, "since_dense_s")  # sparse step time since the last dense step
         self._last_call = weakref.WeakKeyDictionary()  # function graph -> "compress" / "decompress"
 
     def read(self):
         """The controller's state as Python floats (for logs)."""
+        share = self.sent.numpy() / self.total.numpy() if self.total.numpy() else 0.0
         return {"dense": bool(self.dense.numpy() > 0.5), "price_nats": float(self.price.numpy()),
-                "other_ms": 1e3 * float(self.other_s.numpy()), "fixed_ms": 1e3 * float(self.fixed_s.numpy()),
+                "density": float(share),  # of the step that ran last
+                "other_ms": 1e3 * float(self.other_s.numpy()), "fixed_ms": 1e3 * float(self.line()[0].numpy()),
                 "bandwidth_MBps": float(self.bandwidth.numpy()) / 1e6, "steps": int(self.steps.numpy())}
 
     # Trace-time hooks, called by the compressor ------------------------------------------------
@@ -146,63 +159,81 @@ class Budget(tf.Module):
         dense_step, sparse_step = ok & (self.measured_dense > 0.5), ok & (self.measured_dense < 0.5)
         dense_bytes = 4.0 * self.elements  # float32 values of a dense exchange
         sent_bytes = share * self.elements * VALUE_BYTES
-        smooth = lambda old, new, when: tf.where(
-            when, tf.where(old > 0.0, SMOOTHING * old + (1 - SMOOTHING) * new, new), old)
         other = tf.maximum(step_s - link_s, 1e-4)
-        other = tf.where(self.other_s > 0.0, tf.minimum(other, 4.0 * self.other_s), other)  # a pause
-        other_s = smooth(self.other_s, other, ok)
-        fixed_s = tf.where(sparse_step, tf.where(self.fixed_s > 0.0, tf.minimum(link_s, 1.02 * self.fixed_s), link_s),
-                           self.fixed_s)
-        # a payload tells of the link only where it takes time of its own: its link time is well
-        # over the fixed cost, and at the bandwidth so far it would take half that cost or more
-        informative = sparse_step & (link_s > 2.0 * fixed_s) & (
-            (self.bandwidth == 0.0) | (sent_bytes >= 0.5 * fixed_s * self.bandwidth))
-        payload_bw = smooth(self.payload_bw, sent_bytes / tf.maximum(link_s - fixed_s, 1e-6), informative)
-        bandwidth = self.bandwidth_from(dense_step, sparse_step, dense_bytes / link_s, sent_bytes / link_s,
-                                        payload_bw, informative)
-        target_bytes = EXPONENT / (1 - EXPONENT) * other_s * bandwidth
+        other_s = self.smoothed(self.other_s, other, sparse_step)
+        other_dense_s = self.smoothed(self.other_dense_s, other, dense_step)
+        # each mode's non-link time, the other's until a step of its own measured it
+        sparse_other = tf.where(other_s > 0.0, other_s, other_dense_s)
+        dense_other = tf.where(other_dense_s > 0.0, other_dense_s, other_s)
+        fit = self.fitted(sparse_step, sent_bytes, link_s)
+        bandwidth = tf.where(dense_step, dense_bytes / link_s,
+                             tf.where(sparse_step, self.bandwidth_from(sent_bytes / link_s, fit), self.bandwidth))
+        target_bytes = EXPONENT / (1 - EXPONENT) * sparse_other * bandwidth
         moves = sparse_step & (sent_bytes > 0.0) & (target_bytes > 0.0)
         step = GAIN * tf.math.log(tf.math.divide_no_nan(sent_bytes, target_bytes))
-        price = tf.where(moves, tf.clip_by_value(self.price + step, -PRICE_LIMIT, 0.0), self.price)
+        price = tf.where(moves, tf.clip_by_value(self.price + step, -PRICE_LIMIT, PRICE_LIMIT), self.price)
         since = tf.where(sparse_step, self.since_dense_s + step_s, tf.where(dense_step, zero, self.since_dense_s))
         dense_link = tf.math.divide_no_nan(dense_bytes, bandwidth)
-        known = (other_s > 0.0) & (bandwidth > 0.0)
-        dense = self.choose(other_s, dense_link, bandwidth, dense_bytes)
+        known = (sparse_other > 0.0) & (bandwidth > 0.0)
+        dense = self.choose(sparse_other, dense_other + dense_link, bandwidth, dense_bytes)
         probed = tf.where(dense_step, tf.ones([], tf.float64), self.probed)
         # A sparse link time under the step's other time says little of the bandwidth (it is
         # mostly fixed cost): the first probe then comes at once, if even at the bandwidth so
         # far (a lower bound) it costs no more than the probes' share of 20 steps.
-        blind = (sparse_step & (probed < 0.5) & (link_s < other_s)
-                 & (tf.math.divide_no_nan(dense_bytes, bandwidth) * PROBE_SHARE <= other_s))
-        probe = known & ~dense & ((since * PROBE_SHARE >= other_s + dense_link) | blind)
+        blind = (sparse_step & (probed < 0.5) & (link_s < sparse_other)
+                 & (dense_link * PROBE_SHARE <= sparse_other))
+        probe = known & ~dense & ((since * PROBE_SHARE >= dense_other + dense_link) | blind)
         dense = tf.where(known, dense | probe, self.dense > 0.5)
         return tf.group(
-            self.other_s.assign(other_s), self.fixed_s.assign(fixed_s), self.payload_bw.assign(payload_bw),
-            self.bandwidth.assign(bandwidth),
+            self.other_s.assign(other_s), self.other_dense_s.assign(other_dense_s),
+            *(v.assign(x) for v, x in zip(self.moments, fit)), self.bandwidth.assign(bandwidth),
             self.price.assign(price), self.since_dense_s.assign(tf.where(probe, zero, since)),
             self.probed.assign(probed),
             self.dense.assign(tf.cast(dense, tf.float64)))
 
-    def bandwidth_from(self, dense_step, sparse_step, dense_bw, first_bw, payload_bw, informative):
-        """The bandwidth after a step: a dense step measures it; the first sparse step gives a
-        lower bound (its payload over its link time); later sparse steps whose link time is well
-        above the fixed cost (``informative``) give their payload's throughput (link time less
-        the fixed cost, smoothed), taken when it is higher (a faster link) or below half the
-        estimate (a slower link)."""
-        old = self.bandwidth
-        moved = informative & ((payload_bw > old) | (2.0 * payload_bw < old))
-        sparse = tf.where(old == 0.0, first_bw, tf.where(moved, payload_bw, old))
-        return tf.where(dense_step, dense_bw, tf.where(sparse_step, sparse, old))
+    @staticmethod
+    def smoothed(old, new, when):
+        """``old`` moved toward ``new`` where ``when`` (a step-long pause, as an evaluation
+        between two steps, counts as at most 4 ``old``)."""
+        new = tf.where(old > 0.0, tf.minimum(new, 4.0 * old), new)
+        return tf.where(when, tf.where(old > 0.0, SMOOTHING * old + (1 - SMOOTHING) * new, new), old)
 
-    def choose(self, other_s, dense_link_s, bandwidth, dense_bytes):
-        """Whether a dense step makes more progress per second than the best sparse one:
-        ``1 / (T + D)`` against ``d ** g / (T + L)`` at the time-optimal link time
-        ``L = g / (1 - g) * T`` (or the density ceiling, if that comes first)."""
+    def fitted(self, sparse_step, sent_bytes, link_s):
+        """The fading moments of (bytes, link time) over sparse steps, with this step's added."""
+        point = tf.stack([tf.ones([], tf.float64), sent_bytes, link_s, sent_bytes ** 2, sent_bytes * link_s])
+        old = tf.stack(self.moments)
+        return tf.unstack(tf.where(sparse_step, FADING * old + point, old))
+
+    def line(self, moments=None):
+        """The least-squares line ``link = fixed + bytes / bandwidth`` through the sparse steps:
+        ``(fixed_s, bandwidth)``; the bandwidth is 0 while their bytes vary too little to tell
+        a payload's time from the collective's fixed cost (or the fit is not rising)."""
+        w, b, l, bb, bl = moments if moments is not None else self.moments
+        mean_b, mean_l = tf.math.divide_no_nan(b, w), tf.math.divide_no_nan(l, w)
+        var_b = tf.math.divide_no_nan(bb, w) - mean_b ** 2
+        slope = tf.math.divide_no_nan(tf.math.divide_no_nan(bl, w) - mean_b * mean_l, var_b)
+        told = (w >= FIT_STEPS) & (var_b >= (FIT_SPREAD * mean_b) ** 2) & (slope > 0.0)
+        bandwidth = tf.where(told, tf.math.divide_no_nan(1.0, slope), tf.zeros([], tf.float64))
+        return tf.maximum(mean_l - slope * mean_b, 0.0), bandwidth
+
+    def bandwidth_from(self, lower, fit):
+        """The bandwidth after a sparse step: the first one's payload over its link time (a
+        lower bound); then the estimate moved ``FOLLOW`` of the way (in log) toward the fitted
+        line's, and never under that step's bound."""
+        old = self.bandwidth
+        _, fitted = self.line(fit)
+        toward = old * tf.math.divide_no_nan(fitted, old) ** FOLLOW  # one noisy fit moves it part way
+        return tf.where(old == 0.0, lower, tf.maximum(tf.where(fitted > 0.0, toward, old), lower))
+
+    def choose(self, other_s, dense_step_s, bandwidth, dense_bytes):
+        """Whether a dense step (``dense_step_s`` long: its own non-link time and the dense
+        exchange) makes more progress per second than the best sparse one: ``1 / dense_step_s``
+        against ``d ** g / (T + L)`` at the time-optimal link time ``L = g / (1 - g) * T`` (or
+        the density ceiling, if that comes first)."""
         values_per_s = bandwidth / VALUE_BYTES
         elements = dense_bytes / 4.0
         link = EXPONENT / (1 - EXPONENT) * other_s
         density = tf.minimum(tf.math.divide_no_nan(link * values_per_s, elements), self.ceiling)
         link = tf.math.divide_no_nan(density * elements, values_per_s)
         sparse_rate = tf.math.divide_no_nan(density ** EXPONENT, other_s + link)
-        dense_rate = tf.math.divide_no_nan(1.0, other_s + dense_link_s)
-        return dense_rate >= sparse_rate
+        return tf.math.divide_no_nan(1.0, dense_step_s) >= sparse_rate

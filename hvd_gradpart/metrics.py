@@ -57,6 +57,13 @@ def snapshot(compressor):
     return {key: slot.metrics.read() for key, slot in compressor.memory.slots.items()}
 
 
+def link_state(compressor):
+    """The link budget's state of a compressor that follows the link: one step's, or ``{step:
+    state}`` when several models trained; ``{}`` for any other."""
+    link = {step: budget.read() for step, budget in getattr(compressor, "budgets", {}).items()}
+    return next(iter(link.values())) if len(link) == 1 else link
+
+
 def summary(compressor):
     """Totals over every gradient: bytes, last-step density and ratio (and, for a
     compressor that follows the link, its budget's state under ``link``: one step's, or
@@ -65,10 +72,9 @@ def summary(compressor):
     total = lambda name: sum(r.get(name, 0.0) for r in rows)
     elements, sent = total("elements"), total("sent_elements")
     sent_bytes = total("total_sent_bytes")
-    budgets = getattr(compressor, "budgets", {})
-    link = {step: budget.read() for step, budget in budgets.items()}
+    link = link_state(compressor)
     return {
-        **({"link": next(iter(link.values())) if len(link) == 1 else link} if link else {}),
+        **({"link": link} if link else {}),
         "tensors": len(rows),
         "last_density": sent / elements if elements else 0.0,
         "last_sent_bytes": total("sent_bytes"),

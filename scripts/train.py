@@ -21,7 +21,7 @@ import tensorflow as tf  # noqa: E402
 
 from hvd_gradpart import COMPRESSORS, get_compressor, training  # noqa: E402
 from hvd_gradpart.data import DATASETS, DataNotFoundError, batches, load_dataset, shard  # noqa: E402
-from hvd_gradpart.metrics import JsonlLogger, resolve, snapshot  # noqa: E402
+from hvd_gradpart.metrics import JsonlLogger, link_state, resolve, snapshot  # noqa: E402
 from hvd_gradpart.models import MODELS, build_model  # noqa: E402
 from hvd_gradpart.progress import evaluation_points  # noqa: E402
 from launch import child_env  # noqa: E402  (this folder is on the path of a script run from it)
@@ -221,9 +221,11 @@ def main(argv=None):
                 tensors.write(step=steps, epoch=epoch + 1, tensors=snapshot(instance))
             if intervals and steps % args.log_every_steps == 0:
                 now = time.perf_counter()
+                link = link_state(instance) if instance is not None else {}
                 intervals.write(step=steps, epoch=epoch + 1, interval_s=now - mark, wall_s=now - start,
-                                samples_per_s=args.log_every_steps * args.batch_size * size / (now - mark))
-                mark = now
+                                samples_per_s=args.log_every_steps * args.batch_size * size / (now - mark),
+                                **({"link": link} if link else {}))
+                mark = time.perf_counter()  # the interval counts training, not this record
             if i + 1 not in points and steps != args.max_steps:
                 continue
             # The training clock stops here: recalibration and evaluation are not training.
