@@ -9,10 +9,12 @@
 ``KeyFavor``: the key-area threshold times the key area's share of the tensor.
 ``KeyFresh``: the key-area threshold at most the fresh rule ``alpha (1/beta + log n_key)^(1/beta)``.
 ``Half``: both thresholds halved.
+``Momentum``: DGC's momentum correction and factor masking inside GradPart (optimizer without
+momentum), the fit taken on the corrected velocity.
 """
 import tensorflow as tf
 
-from hvd_gradpart import entropy, partition, stats
+from hvd_gradpart import entropy, fused, partition, stats
 from hvd_gradpart.compressors.gradpart import GradPartCompressor
 
 _PLAN = GradPartCompressor.plan.python_function
@@ -124,3 +126,29 @@ class Half(GradPartCompressor):
     def plan(self, sample, previous, steps, n, price):
         fit, key_size, edge, tau_key, tau_sparse = _PLAN(self, sample, previous, steps, n, price)
         return fit, key_size, edge, tau_key / 2, tau_sparse / 2
+
+
+class Momentum(GradPartCompressor):
+    """Momentum applied before the exchange, as DGC does: ``u = m u + g``, ``a = r + u``, ``u``
+    zeroed where sent; the fit sees ``m u + g`` (what accumulates). The optimizer must run
+    without momentum (``benchmarks.simulate`` does so for a compressor with a ``momentum``)."""
+
+    def __init__(self, momentum=0.9, **kwargs):
+        super().__init__(**kwargs)
+        self.momentum = momentum
+
+    def state_spec(self):
+        return {**super().state_spec(), "u": lambda n, dtype: tf.zeros([n], dtype)}
+
+    def velocity(self, grad, state):
+        return tf.cast(self.momentum, grad.dtype) * state["u"] + grad
+
+    def accumulate(self, residual, grad, state):
+        u = self.velocity(grad, state)
+        return residual + u, {"u": u}
+
+    def prepare(self, residual, grad, state, slot):
+        return super().prepare(residual, self.velocity(grad, state), state, slot)
+
+    def after_send(self, state, indices):
+        return {"u": fused.zero_at(state["u"], indices)}

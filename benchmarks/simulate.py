@@ -10,7 +10,7 @@ RUN is ``NAME=COMPRESSOR[,KEY=VALUE...]`` as in ``benchmarks/convergence.sh``
 registry name or ``module:Class`` (a subclass under study). Every run trains on mnist5k
 with what ``scripts/train.py`` uses: the dataset and model seeded by the seed, shard
 ``x[w::W]`` per worker, batch 32 per worker in the order ``data.batches`` gives, SGD with
-momentum 0.9 (0 for dgc) at 0.01 x W, BatchNorm recalibrated on 20 training batches before
+momentum 0.9 (0 for a compressor with its own, as dgc) at 0.01 x W, BatchNorm recalibrated on 20 training batches before
 each evaluation. Test accuracy is evaluated every quarter epoch (not timed), with the
 realized density (elements sent / elements handled, sparsified tensors) and compression
 ratio (dense bytes / bytes sent, as the compressor counts them) over the quarter and over
@@ -159,8 +159,9 @@ def run_one(model_name, name, compressor_name, options, seed, epochs, workers, o
     data = load_dataset("mnist5k", seed=seed)
     tf.keras.utils.set_random_seed(seed)
     model = build_model(model_name, data.x_train.shape[1:], data.num_classes, seed=seed)
-    optimizer = tf.keras.optimizers.SGD(LR * workers, momentum=0.0 if compressor_name == "dgc" else 0.9)
     compressors = [make_compressor(compressor_name, options) for _ in range(workers)]
+    # a compressor with a momentum of its own (DGC's correction) takes the optimizer's
+    optimizer = tf.keras.optimizers.SGD(LR * workers, momentum=0.0 if getattr(compressors[0], "momentum", 0) else 0.9)
     step = make_step(model, optimizer, compressors, workers)
     counter = Counter(compressors)
     shards = [shard(data.x_train, data.y_train, w, workers) for w in range(workers)]
