@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The main job: wall-clock time to accuracy of GradPart (its defaults) against no compression,
 # Top-k (1 %) and PowerSGD (the fastest peer of the time-to-accuracy matrix on this cell), on two
-# edge nodes joined by a 100 Mbit/s link (localhost when namespaces are not allowed). A run is
-# NAME or NAME=COMPRESSOR[,KEY=VALUE...].
+# edge nodes joined by a 100 Mbit/s link (localhost when namespaces are not allowed); then the
+# adaptation leg: GradPart, Top-k and PowerSGD again while the link drops to DROP_RATE mid-run
+# (benchmarks/linkdrop.py; DROP_RATE= skips it). A run is NAME or NAME=COMPRESSOR[,KEY=VALUE...].
 # Every launch's full output goes to a log under $OUT; the screen gets the demo's own lines,
-# the summary table and, when a step fails, the tail of its log.
-#   MODEL=mlp EPOCHS=4 METHODS="none gradpart topk powersgd" \
-#     RATE=100mbit OUT=results/demo bash scripts/demo.sh
+# the summary tables and, when a step fails, the tail of its log.
+#   MODEL=mlp EPOCHS=4 METHODS="none gradpart topk powersgd" RATE=100mbit \
+#     DROP_RATE=10mbit DROP_METHODS="gradpart topk powersgd" OUT=results/demo bash scripts/demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TF_CPP_MIN_LOG_LEVEL=2
@@ -16,9 +17,11 @@ MODEL=${MODEL:-mlp}
 EPOCHS=${EPOCHS:-4}
 METHODS=${METHODS:-none gradpart topk powersgd}
 RATE=${RATE:-100mbit}
+DROP_RATE=${DROP_RATE-10mbit}
+DROP_METHODS=${DROP_METHODS:-gradpart topk powersgd}
 mkdir -p "$OUT"
 out=$(cd "$OUT" && pwd)  # the ranks' working folder is not this one
-rm -f "$OUT"/*.jsonl "$OUT"/*.log "$OUT"/linkprobe.json "$OUT"/demo.png "$OUT"/demo.md
+rm -rf "$OUT"/*.jsonl "$OUT"/*.log "$OUT"/linkprobe.json "$OUT"/demo.png "$OUT"/demo.md "$OUT"/linkdrop
 begin=$SECONDS
 
 say() { echo "demo: $*"; }
@@ -75,5 +78,19 @@ for run in $METHODS; do jsonls+=("$OUT/${run%%=*}.jsonl"); done
 "$PY" scripts/summarize.py --title "Time to accuracy: $MODEL on mnist5k, $where" \
   --plot "$OUT/demo.png" --markdown "$OUT/demo.md" --probe "$OUT/linkprobe.json" "${jsonls[@]}" \
   2>"$OUT/summarize.log" || failed "$OUT/summarize.log" "the summary"
+
+if [ "$status" = 0 ] && [ -n "$DROP_RATE" ]; then
+  echo
+  flock -u "$lock"  # benchmarks.linkdrop takes the cluster lock itself, per launch
+  say "adaptation: $DROP_METHODS, 250 steps each; after 150 the link drops from $RATE to $DROP_RATE (output: $OUT/linkdrop.log) ..."
+  "$PY" -m benchmarks.linkdrop --model "$MODEL" --methods $DROP_METHODS --before "$RATE" --after "$DROP_RATE" \
+    --drop-at 150 --steps 250 --results "$out/linkdrop" >"$OUT/linkdrop.log" 2>&1 \
+    || failed "$OUT/linkdrop.log" "the adaptation leg"
+  echo
+  sed -n '3,$p' "$OUT/linkdrop/$MODEL-$RATE-$DROP_RATE/summary.md"
+  echo
+  echo "Step times (median of 20 steps) before the drop and 50 steps after it; densities are what"
+  echo "GradPart's link budget chose on each side (the others send what they are set to)."
+fi
 echo
 say "plot $OUT/demo.png, this summary $OUT/demo.md, full logs $OUT/*.log; $((SECONDS - begin)) s in all"
