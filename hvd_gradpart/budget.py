@@ -3,7 +3,8 @@
 GradPart's entropy rule decides *which* values are worth sending; this module
 decides *how many*, from what the running job measures (derivation in
 docs/algorithm.md, "Pricing a sent value in time"). Progress per step grows
-like ``density ** g`` (``EXPONENT``); a step costs its non-link time ``T``
+like ``density ** g`` (``EXPONENT``) up to ``SATURATION``, where a step does
+what a dense one does; a step costs its non-link time ``T``
 plus its link time ``L``; so progress per second ``d ** g / (T + L)`` is
 largest when the payload takes ``g / (1 - g) * T`` on the link. Each rank
 measures, per step, the time between its first ``compress`` calls (the step),
@@ -44,7 +45,8 @@ import weakref
 
 import tensorflow as tf
 
-EXPONENT = 0.16     # g: progress per step ~ density**g (Top-k's frontier, docs/algorithm.md)
+EXPONENT = 0.16     # g: progress per step ~ density**g (Top-k's frontier, docs/algorithm.md) ...
+SATURATION = 0.1    # ... up to this density, where a step does as much as a dense one
 GAIN = 1.0          # price change (nats) per e-fold of bytes sent over their target (docs/algorithm.md)
 START_PRICE = -10.0  # nats: about the density ceiling on a 1M-element area, a payload that measures the link
 PRICE_LIMIT = 20.0  # |price| bound, nats (a position among 1e8 costs 18.4)
@@ -228,12 +230,13 @@ class Budget(tf.Module):
     def choose(self, other_s, dense_step_s, bandwidth, dense_bytes):
         """Whether a dense step (``dense_step_s`` long: its own non-link time and the dense
         exchange) makes more progress per second than the best sparse one: ``1 / dense_step_s``
-        against ``d ** g / (T + L)`` at the time-optimal link time ``L = g / (1 - g) * T`` (or
-        the density ceiling, if that comes first)."""
+        against ``min(d / SATURATION, 1) ** g / (T + L)`` at the time-optimal link time
+        ``L = g / (1 - g) * T`` (or the density ceiling, if that comes first)."""
         values_per_s = bandwidth / VALUE_BYTES
         elements = dense_bytes / 4.0
         link = EXPONENT / (1 - EXPONENT) * other_s
         density = tf.minimum(tf.math.divide_no_nan(link * values_per_s, elements), self.ceiling)
         link = tf.math.divide_no_nan(density * elements, values_per_s)
-        sparse_rate = tf.math.divide_no_nan(density ** EXPONENT, other_s + link)
+        progress = tf.minimum(density / SATURATION, 1.0) ** EXPONENT
+        sparse_rate = tf.math.divide_no_nan(progress, other_s + link)
         return tf.math.divide_no_nan(1.0, dense_step_s) >= sparse_rate

@@ -61,6 +61,19 @@ def test_a_fast_link_goes_dense_after_its_probe():
     assert b.bandwidth.numpy() == pytest.approx(4e6 / 0.004)
 
 
+def test_a_cheap_dense_step_loses_to_a_sparse_one_that_does_nearly_as_much():
+    # LeNet-5 at 100 Mbit/s: a sparse step (26 ms without the link) sends the 2 % ceiling in
+    # 1 ms; a dense one takes 8 + 34 ms. At 2 % a step does 0.2 ** g = 0.77 of a dense one's
+    # progress (d ** g alone would say 0.53, and dense would win).
+    b = bd.Budget(density_ceiling=0.02)
+    b.elements.assign(107_000)
+    for _ in range(5):
+        feed(b, 0.026 + 0.004, 0.004, 0.02, dense=False)
+    feed(b, 0.008 + 0.034, 0.034, 1.0, dense=True)  # a probe measures 12.5 MB/s
+    assert b.bandwidth.numpy() == pytest.approx(4 * 107_000 / 0.034)
+    assert b.dense.numpy() == 0.0
+
+
 def test_a_slow_link_is_probed_only_on_schedule():
     b = controller()
     for _ in range(20):  # 10 Mbit/s: the payload's link time dwarfs the step's other time
