@@ -29,7 +29,11 @@ measures the bandwidth. Sparse steps fit a line ``link = fixed + bytes /
 bandwidth`` through their recent (bytes, link time) points: its slope tells a
 payload's time from the collective's fixed cost (Horovod's cycle, latency),
 which a payload's own throughput cannot, as long as their bytes vary (the
-entropy rule's counts do, step to step). The first sparse step's payload over
+entropy rule's counts do, step to step); once the price holds them steady, a
+payload that took at least the fixed cost's time of its own gives its
+throughput beyond it (a link that slowed). The price answers the smoothed
+bytes: under error feedback a large payload drains the residual and the next
+is small. The first sparse step's payload over
 its link time gives a lower bound; a higher bound (a faster link) replaces the
 estimate, and each step moves it ``FOLLOW`` of the way (in log) toward the
 fitted line's (a dense step's measure, a link that changed; one noisy fit moves
@@ -52,9 +56,11 @@ START_PRICE = -10.0  # nats: about the density ceiling on a 1M-element area, a p
 PRICE_LIMIT = 20.0  # |price| bound, nats (a position among 1e8 costs 18.4)
 PROBE_SHARE = 0.05  # a dense probe costs at most this share of the sparse time since the last
 SMOOTHING = 0.8     # weight of the past in the measured non-link time
+FLOW_SMOOTHING = 0.8  # ... and in the bytes a sparse step sends (error feedback makes them bursty)
 FADING = 0.9        # weight of the past in the bytes-to-link-time fit (about 10 steps)
 FIT_STEPS = 5.0     # faded steps the fit needs ...
 FIT_SPREAD = 0.25   # ... and the spread of their bytes (std over mean), to tell payload from fixed cost
+LEAST_DRIFT = 1.005  # the least link time seen may rise this much a step (the fixed cost may change)
 FOLLOW = 0.3        # share of the log-distance to the fitted bandwidth that one step covers
 VALUE_BYTES = 6.0   # bytes a sparse value costs on the wire (int32 index + fp16 value)
 FIGURES = 4         # what the first marker carries: step s, link s, sent share, valid
@@ -85,6 +91,9 @@ class Budget(tf.Module):
         self.other_s = f64(0.0, "other_s")            # non-link time of sparse steps (smoothed, shared)
         self.other_dense_s = f64(0.0, "other_dense_s")  # ... of dense steps (no compress pass)
         self.bandwidth = f64(0.0, "bandwidth")        # bytes/s of the link (shared)
+        self.flow = f64(0.0, "flow")                  # bytes sparse steps sent (smoothed, shared)
+        self.fixed_s = f64(0.0, "fixed_s")            # a collective's fixed cost (the line's, last told)
+        self.least_s = f64(0.0, "least_s")            # the least sparse link time (drifting up): fixed cost's bound
         # fading sums over sparse steps of 1, bytes, link s, bytes**2, bytes * link s (``line``)
         self.moments = [f64(0.0, f"fit_{name}") for name in ("w", "b", "l", "bb", "bl")]
         self.probed = f64(0.0, "probed")              # 1 once a dense step has measured the link
@@ -96,7 +105,7 @@ class Budget(tf.Module):
         share = self.sent.numpy() / self.total.numpy() if self.total.numpy() else 0.0
         return {"dense": bool(self.dense.numpy() > 0.5), "price_nats": float(self.price.numpy()),
                 "density": float(share),  # of the step that ran last
-                "other_ms": 1e3 * float(self.other_s.numpy()), "fixed_ms": 1e3 * float(self.line()[0].numpy()),
+                "other_ms": 1e3 * float(self.other_s.numpy()), "fixed_ms": 1e3 * float(self.fixed_s.numpy()),
                 "bandwidth_MBps": float(self.bandwidth.numpy()) / 1e6, "steps": int(self.steps.numpy())}
 
     # Trace-time hooks, called by the compressor ------------------------------------------------
@@ -168,11 +177,19 @@ class Budget(tf.Module):
         sparse_other = tf.where(other_s > 0.0, other_s, other_dense_s)
         dense_other = tf.where(other_dense_s > 0.0, other_dense_s, other_s)
         fit = self.fitted(sparse_step, sent_bytes, link_s)
-        bandwidth = tf.where(dense_step, dense_bytes / link_s,
-                             tf.where(sparse_step, self.bandwidth_from(sent_bytes / link_s, fit), self.bandwidth))
+        fixed_s, least_s, told = self.told(fit, sent_bytes, link_s)
+        fixed_s = tf.where(sparse_step, fixed_s, self.fixed_s)
+        least_s = tf.where(sparse_step, least_s, self.least_s)
+        follow = sparse_step & (told > 0.0) & (self.bandwidth > 0.0)
+        bandwidth = tf.where(dense_step, dense_bytes / link_s, tf.where(
+            sparse_step & (self.bandwidth == 0.0), sent_bytes / link_s, tf.where(
+                follow, self.bandwidth * (told / tf.maximum(self.bandwidth, 1e-9)) ** FOLLOW, self.bandwidth)))
+        bandwidth = tf.where(sparse_step, tf.maximum(bandwidth, sent_bytes / link_s), bandwidth)
         target_bytes = EXPONENT / (1 - EXPONENT) * sparse_other * bandwidth
-        moves = sparse_step & (sent_bytes > 0.0) & (target_bytes > 0.0)
-        step = GAIN * tf.math.log(tf.math.divide_no_nan(sent_bytes, target_bytes))
+        flow = tf.where(sparse_step, tf.where(self.flow > 0.0, FLOW_SMOOTHING * self.flow
+                                              + (1 - FLOW_SMOOTHING) * sent_bytes, sent_bytes), self.flow)
+        moves = sparse_step & (flow > 0.0) & (target_bytes > 0.0)
+        step = GAIN * tf.math.log(tf.math.divide_no_nan(flow, target_bytes))
         price = tf.where(moves, tf.clip_by_value(self.price + step, -PRICE_LIMIT, PRICE_LIMIT), self.price)
         since = tf.where(sparse_step, self.since_dense_s + step_s, tf.where(dense_step, zero, self.since_dense_s))
         dense_link = tf.math.divide_no_nan(dense_bytes, bandwidth)
@@ -187,8 +204,9 @@ class Budget(tf.Module):
         probe = known & ~dense & ((since * PROBE_SHARE >= dense_other + dense_link) | blind)
         dense = tf.where(known, dense | probe, self.dense > 0.5)
         return tf.group(
-            self.other_s.assign(other_s), self.other_dense_s.assign(other_dense_s),
-            *(v.assign(x) for v, x in zip(self.moments, fit)), self.bandwidth.assign(bandwidth),
+            self.other_s.assign(other_s), self.other_dense_s.assign(other_dense_s), self.flow.assign(flow),
+            *(v.assign(x) for v, x in zip(self.moments, fit)), self.fixed_s.assign(fixed_s),
+            self.least_s.assign(least_s),            self.bandwidth.assign(bandwidth),
             self.price.assign(price), self.since_dense_s.assign(tf.where(probe, zero, since)),
             self.probed.assign(probed),
             self.dense.assign(tf.cast(dense, tf.float64)))
@@ -218,14 +236,18 @@ class Budget(tf.Module):
         bandwidth = tf.where(told, tf.math.divide_no_nan(1.0, slope), tf.zeros([], tf.float64))
         return tf.maximum(mean_l - slope * mean_b, 0.0), bandwidth
 
-    def bandwidth_from(self, lower, fit):
-        """The bandwidth after a sparse step: the first one's payload over its link time (a
-        lower bound); then the estimate moved ``FOLLOW`` of the way (in log) toward the fitted
-        line's, and never under that step's bound."""
-        old = self.bandwidth
-        _, fitted = self.line(fit)
-        toward = old * tf.math.divide_no_nan(fitted, old) ** FOLLOW  # one noisy fit moves it part way
-        return tf.where(old == 0.0, lower, tf.maximum(tf.where(fitted > 0.0, toward, old), lower))
+    def told(self, fit, sent_bytes, link_s):
+        """What a sparse step tells of the link: ``(fixed_s, least_s, bandwidth)``. The fixed
+        cost is the fitted line's when its bytes vary enough, else the last one (at first the least
+        link time seen, ``least_s``, drifting up), and never above that least time; the bandwidth is the line's, else
+        this payload's throughput beyond the fixed cost where it took at least that long of its
+        own (a link that slowed under payloads of one size), else 0: nothing told."""
+        fixed, fitted = self.line(fit)
+        least = tf.where(self.least_s > 0.0, tf.minimum(link_s, LEAST_DRIFT * self.least_s), link_s)
+        fixed = tf.minimum(tf.where(fitted > 0.0, fixed, tf.where(self.fixed_s > 0.0, self.fixed_s, least)), least)
+        own = link_s - fixed
+        payload = tf.where((own >= fixed) & (own > 0.0), sent_bytes / tf.maximum(own, 1e-9), 0.0)
+        return fixed, least, tf.where(fitted > 0.0, fitted, payload)
 
     def choose(self, other_s, dense_step_s, bandwidth, dense_bytes):
         """Whether a dense step (``dense_step_s`` long: its own non-link time and the dense

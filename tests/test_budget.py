@@ -1,6 +1,8 @@
 """The link budget's controller on hand-made figures (one process, no Horovod exchange)."""
 import math
+import statistics
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -138,6 +140,16 @@ def test_payloads_of_one_size_give_no_fit_only_a_lower_bound():
     assert b.bandwidth.numpy() == pytest.approx(6e3 / (0.005 + 6e3 / 1.25e7))
 
 
+def test_payloads_of_one_size_on_a_link_that_slows_lower_the_bandwidth():
+    b = controller()
+    for _ in range(10):  # 60 KB: 4.8 ms of its own beside a 5 ms fixed cost at 100 Mbit/s
+        feed(b, *sparse_step_figures(bandwidth=1.25e7, share=0.01, fixed_s=0.005), dense=False)
+    assert b.bandwidth.numpy() == pytest.approx(6e4 / 0.0098)  # the lower bound: nothing fits
+    for _ in range(10):  # 10 Mbit/s: the payload's 48 ms dwarf the least link time seen
+        feed(b, *sparse_step_figures(bandwidth=1.25e6, share=0.01, fixed_s=0.005), dense=False)
+    assert 1.25e6 <= b.bandwidth.numpy() < 1.6e6
+
+
 def test_a_link_too_slow_for_the_rule_raises_the_price_to_its_bound():
     b = controller()
     for _ in range(300):
@@ -153,3 +165,26 @@ def test_an_evaluation_pause_does_not_swing_the_non_link_time():
     feed(b, 5.0, 0.01, 0.02)  # rank 0 evaluated between two steps
     assert b.other_s.numpy() < 2 * before
     assert math.isfinite(b.price.numpy())
+
+
+def test_in_a_closed_loop_the_step_time_comes_back_after_the_link_drops():
+    # The controller drives a stand-in for the entropy rule under error feedback (Laplace
+    # gradients, threshold exp(h) (log n + price), the compressor's floor and ceiling guards)
+    # on a link of 4 ms fixed cost that drops from 100 to 10 Mbit/s at step 100.
+    rng, n, other_s = np.random.default_rng(0), 200_000, 0.02
+    b = bd.Budget(density_ceiling=0.02)
+    b.elements.assign(n)
+    residual, steps = np.zeros(n, np.float32), []
+    for step in range(200):
+        acc = residual + rng.laplace(0.0, 1.0, n).astype(np.float32)
+        tau = 2 * math.e * max(math.log(n) + float(b.price.numpy()), 0.0)
+        k = int(np.clip((np.abs(acc) > tau).sum(), math.ceil(1e-4 * n), 0.02 * n))
+        sent = np.argpartition(-np.abs(acc), k)[:k]
+        residual = acc.copy()
+        residual[sent] = 0.0
+        link = 0.004 + k * bd.VALUE_BYTES / (1.25e7 if step < 100 else 1.25e6) + rng.normal(0.0, 5e-4)
+        feed(b, other_s + link, link, k / n, dense=False)
+        steps.append(other_s + link)
+    before, after = statistics.median(steps[80:100]), statistics.median(steps[140:160])
+    assert after <= 1.5 * before, (before, after)
+    assert b.bandwidth.numpy() < 2.5e6
