@@ -13,7 +13,10 @@ the time its collectives took (from a ``compress``'s end until the next
 first gradient's marker carries these figures through Horovod's own allreduce,
 so every rank updates this controller from the same means (the reduced figures
 over the reduced marker, which undoes Sum, Average and any scaling) and takes
-the same decisions on the same step. Sparse steps move one shared price, nats
+the same decisions on the same step. The link time is the least over ranks
+(the mean less the spread, from the mean square the marker also carries): a
+rank that reached the collective first also waited for the others' compute,
+which is not the link's. Sparse steps move one shared price, nats
 added to every area's position cost, by ``GAIN`` per e-fold of the bytes sent
 over the target ``g / (1 - g) * T`` times the bandwidth (a target in bytes,
 not in link time: a collective's fixed cost, Horovod's cycle and latency, is
@@ -63,7 +66,7 @@ FIT_SPREAD = 0.25   # ... and the spread of their bytes (std over mean), to tell
 LEAST_DRIFT = 1.005  # the least link time seen may rise this much a step (the fixed cost may change)
 FOLLOW = 0.3        # share of the log-distance to the fitted bandwidth that one step covers
 VALUE_BYTES = 6.0   # bytes a sparse value costs on the wire (int32 index + fp16 value)
-FIGURES = 4         # what the first marker carries: step s, link s, sent share, valid
+FIGURES = 5         # what the first marker carries: step s, link s, link s squared, sent share, valid
 
 
 class Budget(tf.Module):
@@ -122,7 +125,7 @@ class Budget(tf.Module):
         now = tf.timestamp()
         valid = tf.cast((self.steps >= 2.0) & (self.started > 0.0), tf.float64)
         share = tf.math.divide_no_nan(self.sent, self.total)
-        figures = tf.cast(tf.stack([now - self.started, self.link_s, share, valid]), tf.float32)
+        figures = tf.cast(tf.stack([now - self.started, self.link_s, self.link_s ** 2, share, valid]), tf.float32)
         self.measured_dense.assign(self.step_dense)
         self.step_dense.assign(self.dense)
         self.elements.assign(self.total)
@@ -164,7 +167,10 @@ class Budget(tf.Module):
         of the step after this one; ``reduced_figures / marker`` are the means over ranks.
         Returns the update op."""
         figures = tf.reshape(tf.cast(reduced_figures / marker, tf.float64), [FIGURES])
-        step_s, link_s, share, valid = tf.unstack(figures)
+        step_s, link_s, link_sq, share, valid = tf.unstack(figures)
+        # The rank that reached the collective last waited for nobody: its link time is the
+        # link's. Two ranks' mean less their spread is exactly the lesser (a bound for more).
+        link_s = link_s - tf.sqrt(tf.maximum(link_sq - link_s ** 2, 0.0))
         zero, link_s = tf.zeros([], tf.float64), tf.maximum(link_s, 1e-6)
         ok = valid > 0.5
         dense_step, sparse_step = ok & (self.measured_dense > 0.5), ok & (self.measured_dense < 0.5)
