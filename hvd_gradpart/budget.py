@@ -182,21 +182,9 @@ class Budget(tf.Module):
         # each mode's non-link time, the other's until a step of its own measured it
         sparse_other = tf.where(other_s > 0.0, other_s, other_dense_s)
         dense_other = tf.where(other_dense_s > 0.0, other_dense_s, other_s)
-        fit = self.fitted(sparse_step, sent_bytes, link_s)
-        fixed_s, least_s, told = self.told(fit, sent_bytes, link_s)
-        fixed_s = tf.where(sparse_step, fixed_s, self.fixed_s)
-        least_s = tf.where(sparse_step, least_s, self.least_s)
-        follow = sparse_step & (told > 0.0) & (self.bandwidth > 0.0)
-        bandwidth = tf.where(dense_step, dense_bytes / link_s, tf.where(
-            sparse_step & (self.bandwidth == 0.0), sent_bytes / link_s, tf.where(
-                follow, self.bandwidth * (told / tf.maximum(self.bandwidth, 1e-9)) ** FOLLOW, self.bandwidth)))
-        bandwidth = tf.where(sparse_step, tf.maximum(bandwidth, sent_bytes / link_s), bandwidth)
-        target_bytes = EXPONENT / (1 - EXPONENT) * sparse_other * bandwidth
-        flow = tf.where(sparse_step, tf.where(self.flow > 0.0, FLOW_SMOOTHING * self.flow
-                                              + (1 - FLOW_SMOOTHING) * sent_bytes, sent_bytes), self.flow)
-        moves = sparse_step & (flow > 0.0) & (target_bytes > 0.0)
-        step = GAIN * tf.math.log(tf.math.divide_no_nan(flow, target_bytes))
-        price = tf.where(moves, tf.clip_by_value(self.price + step, -PRICE_LIMIT, PRICE_LIMIT), self.price)
+        link = self.measured(dense_step, sparse_step, dense_bytes / link_s, sent_bytes, link_s)
+        bandwidth = link["bandwidth"]
+        flow, price = self.priced(sparse_step, sent_bytes, EXPONENT / (1 - EXPONENT) * sparse_other * bandwidth)
         since = tf.where(sparse_step, self.since_dense_s + step_s, tf.where(dense_step, zero, self.since_dense_s))
         dense_link = tf.math.divide_no_nan(dense_bytes, bandwidth)
         known = (sparse_other > 0.0) & (bandwidth > 0.0)
@@ -210,12 +198,34 @@ class Budget(tf.Module):
         probe = known & ~dense & ((since * PROBE_SHARE >= dense_other + dense_link) | blind)
         dense = tf.where(known, dense | probe, self.dense > 0.5)
         return tf.group(
+            *(v.assign(x) for v, x in zip(self.moments, link.pop("moments"))),
+            *(getattr(self, name).assign(value) for name, value in link.items()),
             self.other_s.assign(other_s), self.other_dense_s.assign(other_dense_s), self.flow.assign(flow),
-            *(v.assign(x) for v, x in zip(self.moments, fit)), self.fixed_s.assign(fixed_s),
-            self.least_s.assign(least_s),            self.bandwidth.assign(bandwidth),
             self.price.assign(price), self.since_dense_s.assign(tf.where(probe, zero, since)),
-            self.probed.assign(probed),
-            self.dense.assign(tf.cast(dense, tf.float64)))
+            self.probed.assign(probed), self.dense.assign(tf.cast(dense, tf.float64)))
+
+    def measured(self, dense_step, sparse_step, dense_bw, sent_bytes, link_s):
+        """What the link is after a step: ``{moments, fixed_s, least_s, bandwidth}``. A dense
+        step measures the bandwidth (``dense_bw``); the first sparse step gives a lower bound,
+        its payload over its link time; later ones move the estimate ``FOLLOW`` of the way (in
+        log) toward what they tell (``told``), never below their own lower bound."""
+        moments = self.fitted(sparse_step, sent_bytes, link_s)
+        fixed_s, least_s, told = self.told(moments, sent_bytes, link_s)
+        old, lower = self.bandwidth, sent_bytes / link_s
+        toward = old * tf.math.divide_no_nan(told, old) ** FOLLOW
+        sparse_bw = tf.where(old == 0.0, lower, tf.maximum(tf.where(told > 0.0, toward, old), lower))
+        return {"moments": moments, "fixed_s": tf.where(sparse_step, fixed_s, self.fixed_s),
+                "least_s": tf.where(sparse_step, least_s, self.least_s),
+                "bandwidth": tf.where(dense_step, dense_bw, tf.where(sparse_step, sparse_bw, old))}
+
+    def priced(self, sparse_step, sent_bytes, target_bytes):
+        """The smoothed bytes of sparse steps and the price after this step: moved by ``GAIN``
+        per e-fold of those bytes over ``target_bytes``, within ``PRICE_LIMIT``."""
+        flow = tf.where(sparse_step, tf.where(self.flow > 0.0, FLOW_SMOOTHING * self.flow
+                                              + (1 - FLOW_SMOOTHING) * sent_bytes, sent_bytes), self.flow)
+        step = GAIN * tf.math.log(tf.math.divide_no_nan(flow, target_bytes))
+        moves = sparse_step & (flow > 0.0) & (target_bytes > 0.0)
+        return flow, tf.where(moves, tf.clip_by_value(self.price + step, -PRICE_LIMIT, PRICE_LIMIT), self.price)
 
     @staticmethod
     def smoothed(old, new, when):
@@ -244,10 +254,11 @@ class Budget(tf.Module):
 
     def told(self, fit, sent_bytes, link_s):
         """What a sparse step tells of the link: ``(fixed_s, least_s, bandwidth)``. The fixed
-        cost is the fitted line's when its bytes vary enough, else the last one (at first the least
-        link time seen, ``least_s``, drifting up), and never above that least time; the bandwidth is the line's, else
-        this payload's throughput beyond the fixed cost where it took at least that long of its
-        own (a link that slowed under payloads of one size), else 0: nothing told."""
+        cost is the fitted line's when its bytes vary enough, else the last one (at first the
+        least link time seen, ``least_s``, drifting up), and never above that least time; the
+        bandwidth is the line's, else this payload's throughput beyond the fixed cost where it
+        took at least that long of its own (a link that slowed under payloads of one size),
+        else 0: nothing told."""
         fixed, fitted = self.line(fit)
         least = tf.where(self.least_s > 0.0, tf.minimum(link_s, LEAST_DRIFT * self.least_s), link_s)
         fixed = tf.minimum(tf.where(fitted > 0.0, fixed, tf.where(self.fixed_s > 0.0, self.fixed_s, least)), least)
