@@ -8,7 +8,7 @@ plus its link time ``L``; so progress per second ``d ** g / (T + L)`` is
 largest when the payload takes ``g / (1 - g) * T`` on the link. Each rank
 measures, per step, the time between its first ``compress`` calls (the step),
 the time its collectives took (from a ``compress``'s end until the next
-``decompress`` holds the gathered rows) and the share of elements it sent. The
+``decompress`` holds the gathered payloads) and the bytes it sent per element. The
 first gradient's marker carries these figures through Horovod's own allreduce,
 so every rank updates this controller from the same means (the reduced figures
 over the reduced marker, which undoes Sum, Average and any scaling) and takes
@@ -44,8 +44,8 @@ START_PRICE = -10.0  # nats: about the density ceiling on a 1M-element area, a p
 PRICE_LIMIT = 20.0  # |price| bound, nats (a position among 1e8 costs 18.4)
 PROBE_SHARE = 0.05  # a dense probe costs at most this share of the sparse time since the last
 SMOOTHING = 0.8     # weight of the past in the measured non-link time
-VALUE_BYTES = 6.0   # bytes a sparse value costs on the wire (int32 index + fp16 value)
-FIGURES = 4         # what the first marker carries: step s, link s, sent share, valid
+VALUE_BYTES = 3.5   # bytes a sparse value costs on the wire at 0.3-3 % (fp16 and its gap code, docs/methods.md)
+FIGURES = 4         # what the first marker carries: step s, link s, bytes sent per element, valid
 
 
 class Budget(tf.Module):
@@ -66,7 +66,7 @@ class Budget(tf.Module):
         self.started = f64(0.0, "started")            # timestamp of this step's first compress
         self.link_s = f64(0.0, "link_s")              # this step's collective time so far
         self.left_at = f64(0.0, "left_at")            # timestamp of the last compress's end
-        self.sent = f64(0.0, "sent")                  # elements this step sent ...
+        self.sent = f64(0.0, "sent")                  # bytes this step sent (as counted) ...
         self.total = f64(0.0, "total")                # ... of the elements it exchanged
         self.elements = f64(0.0, "elements")          # elements the last step exchanged
         self.steps = f64(0.0, "steps")                # steps begun
@@ -112,7 +112,7 @@ class Budget(tf.Module):
         return self.step_dense > 0.5
 
     def count(self, sent, total):
-        """Adds a gradient's sent and exchanged elements to this step's share."""
+        """Adds a gradient's bytes sent (the compressor's count) and elements exchanged to this step's."""
         self.sent.assign_add(tf.cast(sent, tf.float64))
         self.total.assign_add(tf.cast(total, tf.float64))
 
@@ -145,7 +145,7 @@ class Budget(tf.Module):
         ok = valid > 0.5
         dense_step, sparse_step = ok & (self.measured_dense > 0.5), ok & (self.measured_dense < 0.5)
         dense_bytes = 4.0 * self.elements  # float32 values of a dense exchange
-        sent_bytes = share * self.elements * VALUE_BYTES
+        sent_bytes = share * self.elements
         smooth = lambda old, new, when: tf.where(
             when, tf.where(old > 0.0, SMOOTHING * old + (1 - SMOOTHING) * new, new), old)
         other = tf.maximum(step_s - link_s, 1e-4)

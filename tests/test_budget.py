@@ -27,7 +27,7 @@ def feed(b, step_s, link_s, share, marker=1.0, dense=None):
 
 def sparse_step_figures(bandwidth, other_s=0.02, share=0.02, fixed_s=0.002):
     link = fixed_s + share * ELEMENTS * bd.VALUE_BYTES / bandwidth
-    return other_s + link, link, share
+    return other_s + link, link, share * bd.VALUE_BYTES  # the figure: bytes sent per element
 
 
 def test_the_time_optimal_link_share_is_g_over_one_minus_g():
@@ -41,9 +41,9 @@ def test_the_time_optimal_link_share_is_g_over_one_minus_g():
 def test_a_slow_link_stays_sparse_and_the_price_buys_the_target_bytes():
     b = controller()
     for _ in range(30):
-        feed(b, *sparse_step_figures(bandwidth=1.25e6))  # 10 Mbit/s: 120 KB take 96 ms
+        feed(b, *sparse_step_figures(bandwidth=1.25e6))  # 10 Mbit/s: 70 KB take 56 ms
     assert b.dense.numpy() == 0.0
-    # 2 % sends 120 KB; the target is g / (1 - g) * 20 ms of 1.25 MB/s, 4.8 KB: the price rises
+    # 2 % sends 70 KB; the target is g / (1 - g) * 20 ms of 1.25 MB/s, 4.8 KB: the price rises
     assert b.price.numpy() > -bd.PRICE_LIMIT + 1.0
 
 
@@ -88,11 +88,11 @@ def test_sum_and_average_give_the_same_decisions():
 
 def test_a_probe_costs_at_most_its_share_of_the_sparse_time():
     b = controller()
-    feed(b, 0.22, 0.2, 0.02, dense=False)  # 120 KB in 0.2 s: 0.6 MB/s
+    feed(b, 0.22, 0.2, 0.12, dense=False)  # 0.12 bytes per element, 120 KB in 0.2 s: 0.6 MB/s
     b.bandwidth.assign(1.25e6)  # a dense step measured at 10 Mbit/s: 3.2 s for 4 MB
     steps = 0
     while b.dense.numpy() == 0.0:
-        feed(b, 0.22, 0.2, 0.02, dense=False)
+        feed(b, 0.22, 0.2, 0.12, dense=False)
         steps += 1
     dense_step = 0.02 + 4e6 / 1.25e6
     assert steps * 0.22 == pytest.approx(dense_step / bd.PROBE_SHARE, rel=0.05)
@@ -104,7 +104,7 @@ def test_a_link_that_slows_under_sparse_steps_lowers_the_bandwidth():
     for _ in range(10):
         feed(b, *sparse_step_figures(bandwidth=1.25e7), dense=False)
     assert b.bandwidth.numpy() == pytest.approx(1.25e7, rel=0.3)
-    assert b.fixed_s.numpy() < 0.015  # 100 Mbit/s: a 2 ms fixed cost and a 9.6 ms payload
+    assert b.fixed_s.numpy() < 0.015  # 100 Mbit/s: a 2 ms fixed cost and a 5.6 ms payload
     for _ in range(3):
         feed(b, *sparse_step_figures(bandwidth=1.25e6), dense=False)  # 10 Mbit/s now
     assert b.bandwidth.numpy() == pytest.approx(1.25e6, rel=0.2)
