@@ -33,7 +33,7 @@ DENSITIES = (0.003, 0.01, 0.03)
 def per_value(indices, values, n):
     """``(format name, bytes per sent value)`` of one rank's payload for this selection."""
     encoded = exchange.encode(tf.constant(values), tf.constant(indices, tf.int32), n, "fp16")
-    return formats.FORMATS[int(encoded.format)], int(exchange.sent_bytes(encoded.payload)) / len(indices)
+    return formats.name(int(encoded.format)), int(exchange.sent_bytes(encoded.payload)) / len(indices)
 
 
 def run(model_name, steps, batch, seed):

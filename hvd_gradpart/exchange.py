@@ -3,8 +3,9 @@
 Every sparse method ends here. A rank's selection (values and int32 indices)
 is packed into one flat ``uint8`` payload (``hvd_gradpart.formats``): a
 header (int32 ``-1 - digest``, the format, the value count), the positions
-in whichever format is smallest for this selection (int32 indices, 16-or-
-fewer-bit gaps, a bitmap, or none when every value is sent), then the values.
+in whichever format is smallest for this selection (delta codes of 32, 16
+or fewer bits with an escape for long gaps, 1 bit being a position bitmap,
+or none when every value is sent), then the values.
 ``digest`` is a 31-bit hash of the gradient's size and dtype and of the
 compressor's settings. The header means no rank ever hands Horovod an empty
 tensor, even when it selected nothing, and every rank checks that all
@@ -56,7 +57,7 @@ class Encoded(NamedTuple):
         sent: the selected values as every receiver decodes them, in the
             gradient's dtype and the order given; what encoding rounded off
             stays in the residual.
-        format: int32 scalar, the payload's position format (index in ``formats.FORMATS``).
+        format: int32 scalar, the payload's position format (``formats.DENSE`` or a gap width).
     """
 
     payload: tf.Tensor
