@@ -43,7 +43,6 @@ def run(model_name, steps, batch, seed):
     model = build_model(model_name, data.x_train.shape[1:], 10)
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     opt = tf.keras.optimizers.SGD(0.05)
-    names = [v.name for v in model.trainable_variables]
     wanted = [i for i, v in enumerate(model.trainable_variables)
               if v.shape.rank >= 2 and v.shape.num_elements() >= MIN_ELEMENTS]
     residuals = {(i, d): np.zeros(model.trainable_variables[i].shape.num_elements(), np.float32)
@@ -75,7 +74,8 @@ def run(model_name, steps, batch, seed):
         form, bpv = per_value(top, values, n)
         uniform = np.sort(rs.choice(n, len(top), replace=False))
         uform, ubpv = per_value(uniform, values, n)
-        rows.append({"model": model_name, "kernel": "x".join(map(str, model.trainable_variables[i].shape)), "elements": n, "density": d, "k": len(top),
+        kernel = "x".join(map(str, model.trainable_variables[i].shape))
+        rows.append({"model": model_name, "kernel": kernel, "elements": n, "density": d, "k": len(top),
                      "format": form, "bytes_per_value": bpv, "uniform_format": uform,
                      "uniform_bytes_per_value": ubpv, "rows_bytes_per_value": ((len(top) + 1) * 6 + 8) / len(top)})
     return rows

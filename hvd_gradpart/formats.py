@@ -6,7 +6,8 @@ the wire dtype, in ascending position. With ``b`` in ``GAP_WIDTHS`` each value's
 gap from the element after the previous value (the first: from element 0) in a ``b``-bit code; a
 gap too long for ``b`` bits is preceded by escape codes ``2 ** b - 1``, each of which advances
 ``2 ** b - 1`` elements and places no value. Codes are packed least significant bit first and the
-last byte is padded with ones (escapes, or less than a code). So ``b = 32`` is one 32-bit word per
+last byte is padded with ones (escapes, or less than a code); each code is read from the (at most
+five) bytes it touches, so packing and unpacking are O(codes), whatever ``b``. So ``b = 32`` is one 32-bit word per
 value (the int32 rows of before, delta-coded), ``b = 16`` the 16-bit deltas with an escape,
 ``b = 1`` a position bitmap (bit 0 marks a value, 1 skips an element) that ends at the last value,
 and ``b = 0`` (``DENSE``) sends all ``n`` values and no positions (unselected ones are zero).
@@ -73,28 +74,46 @@ def sizes(indices, n, value_bytes):
     return HEADER_BYTES + tf.concat([dense, positions + k * value_bytes], 0)
 
 
+SPAN = 5  # bytes a code of up to 33 bits can touch at any bit offset
+
+
+def _span():
+    return tf.range(SPAN, dtype=tf.int64)
+
+
+def _offsets(count, b):
+    """Byte index and bit shift of each of ``count`` ``b``-bit codes (int64)."""
+    bit = tf.range(count) * tf.cast(b, tf.int64)
+    return bit // 8, bit % 8
+
+
 def _pack(b, gaps):
-    """The ``b``-bit codes of ``gaps`` (``b``: int32 scalar), as bytes."""
-    escape = _escape(b)
-    gaps = tf.cast(gaps, tf.int64)
+    """The ``b``-bit codes of ``gaps`` (``b``: int32 scalar), as bytes: each code, shifted to its
+    bit offset, adds its bytes into the ``SPAN`` bytes from its first (codes share no bit)."""
+    escape, gaps = _escape(b), tf.cast(gaps, tf.int64)
     escapes = gaps // escape
+    count = tf.size(gaps, tf.int64) + tf.reduce_sum(escapes)
     at = tf.cumsum(escapes) + tf.range(tf.size(gaps, tf.int64))
-    codes = tf.tensor_scatter_nd_update(tf.fill([tf.size(gaps, tf.int64) + tf.reduce_sum(escapes)], escape),
-                                        at[:, None], gaps - escapes * escape)
-    bits = tf.bitwise.bitwise_and(tf.bitwise.right_shift(codes[:, None], tf.range(tf.cast(b, tf.int64))), 1)
-    bits = tf.reshape(tf.cast(bits, tf.int32), [-1])
-    bits = tf.concat([bits, tf.ones([-tf.size(bits) % 8], tf.int32)], 0)
-    return tf.cast(tf.reduce_sum(tf.reshape(bits, [-1, 8]) * tf.constant([1 << j for j in range(8)]), 1), tf.uint8)
+    codes = tf.tensor_scatter_nd_update(tf.fill([count], escape), at[:, None], gaps - escapes * escape)
+    first, shift = _offsets(count, b)
+    shifted = tf.bitwise.left_shift(codes, shift)
+    size = (count * tf.cast(b, tf.int64) + 7) // 8
+    pad = size * 8 - count * tf.cast(b, tf.int64)  # the last byte's spare high bits: ones
+    parts = tf.bitwise.bitwise_and(tf.bitwise.right_shift(shifted[:, None], 8 * _span()), 255)
+    ones = tf.bitwise.left_shift(tf.bitwise.left_shift(tf.constant(1, tf.int64), pad) - 1, 8 - pad)
+    total = tf.math.unsorted_segment_sum(tf.concat([tf.reshape(parts, [-1]), ones[None]], 0),
+                                         tf.concat([tf.reshape(first[:, None] + _span(), [-1]), (size - 1)[None]], 0),
+                                         size + SPAN)
+    return tf.cast(total[:size], tf.uint8)
 
 
 def _unpack(b, packed):
     """Ascending int32 indices of ``b``-bit codes in ``packed`` bytes (``b``: int32 scalar)."""
-    bits = tf.bitwise.bitwise_and(tf.bitwise.right_shift(packed[:, None], tf.constant(list(range(8)), tf.uint8)), 1)
-    bits = tf.reshape(tf.cast(bits, tf.int64), [-1])
-    whole = tf.size(bits) // b * b
-    weights = tf.bitwise.left_shift(tf.constant(1, tf.int64), tf.range(tf.cast(b, tf.int64)))
-    codes = tf.reduce_sum(tf.reshape(bits[:whole], [-1, b]) * weights, 1)
     escape = _escape(b)
+    first, shift = _offsets(tf.size(packed, tf.int64) * 8 // tf.cast(b, tf.int64), b)
+    padded = tf.cast(tf.concat([packed, tf.fill([SPAN], tf.constant(255, tf.uint8))], 0), tf.int64)
+    word = tf.reduce_sum(tf.bitwise.left_shift(tf.gather(padded, first[:, None] + _span()), 8 * _span()), 1)
+    codes = tf.bitwise.bitwise_and(tf.bitwise.right_shift(word, shift), escape)
     places = codes != escape
     cursor = tf.cumsum(tf.where(places, codes + 1, escape))
     return tf.cast(tf.boolean_mask(cursor - 1, places), tf.int32)
