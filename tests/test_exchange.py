@@ -111,13 +111,17 @@ def test_each_format_has_its_documented_size_and_the_smallest_is_chosen(n, k, cl
     if k == 1:
         indices[0] = n - 1  # one gap as long as the tensor
     wanted = [expected_size(f, indices, n, 2) for f in formats.FORMATS]
-    priced = formats.sizes(tf.constant(indices), n, 2).numpy()
+    priced = formats.sizes(tf.constant(indices), n, 2, sample=max(1, len(indices))).numpy()
     assert priced.tolist() == wanted
     for form, size in zip(formats.FORMATS, wanted):
         payload, code = formats.encode(tf.constant(values, tf.float16), tf.constant(indices), n, form=form)
         assert int(code) == form and payload.shape[0] == size
     payload, code = formats.encode(tf.constant(values, tf.float16), tf.constant(indices), n)
-    assert int(code) == formats.FORMATS[int(np.argmin(wanted))] and payload.shape[0] == min(wanted)
+    assert payload.shape[0] == wanted[formats.FORMATS.index(int(code))]
+    if len(indices) <= formats.SAMPLE:  # priced exactly: the smallest
+        assert int(code) == formats.FORMATS[int(np.argmin(wanted))]
+    else:  # priced from a sample of the gaps: within 1 % of the smallest
+        assert payload.shape[0] <= 1.01 * min(wanted)
 
 
 @pytest.mark.parametrize("form", formats.FORMATS)
