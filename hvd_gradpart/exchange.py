@@ -199,7 +199,7 @@ def enqueue(payload, header_digest, what, skip=None):
 
     Args:
         payload: ``encode``'s payload (or an empty one when ``skip`` holds).
-        header_digest: the digest packed in its header row.
+        header_digest: the digest packed in its header.
         what: the gradient, as named in a disagreement error.
         skip: see ``Group.add``.
     """
