@@ -9,7 +9,7 @@ plus its link time ``L``; so progress per second ``d ** g / (T + L)`` is
 largest when the payload takes ``g / (1 - g) * T`` on the link. Each rank
 measures, per step, the time between its first ``compress`` calls (the step),
 the time its collectives took (from a ``compress``'s end until the next
-``decompress`` holds the gathered rows) and the share of elements it sent. The
+``decompress`` holds the gathered payloads) and the bytes it sent per element. The
 first gradient's marker carries these figures through Horovod's own allreduce,
 so every rank updates this controller from the same means (the reduced figures
 over the reduced marker, which undoes Sum, Average and any scaling) and takes
@@ -65,8 +65,8 @@ FIT_STEPS = 5.0     # faded steps the fit needs ...
 FIT_SPREAD = 0.25   # ... and the spread of their bytes (std over mean), to tell payload from fixed cost
 LEAST_DRIFT = 1.005  # the least link time seen may rise this much a step (the fixed cost may change)
 FOLLOW = 0.3        # share of the log-distance to the fitted bandwidth that one step covers
-VALUE_BYTES = 6.0   # bytes a sparse value costs on the wire (int32 index + fp16 value)
-FIGURES = 5         # what the first marker carries: step s, link s, link s squared, sent share, valid
+VALUE_BYTES = 3.5   # bytes a sparse value costs on the wire at 0.3-3 % (fp16 and its gap code, docs/methods.md)
+FIGURES = 5         # what the first marker carries: step s, link s, link s squared, bytes sent per element, valid
 
 
 class Budget(tf.Module):
@@ -87,7 +87,8 @@ class Budget(tf.Module):
         self.started = f64(0.0, "started")            # timestamp of this step's first compress
         self.link_s = f64(0.0, "link_s")              # this step's collective time so far
         self.left_at = f64(0.0, "left_at")            # timestamp of the last compress's end
-        self.sent = f64(0.0, "sent")                  # elements this step sent ...
+        self.sent = f64(0.0, "sent")                  # bytes this step sent (as counted) ...
+        self.values = f64(0.0, "values")              # values this step sent ...
         self.total = f64(0.0, "total")                # ... of the elements it exchanged
         self.elements = f64(0.0, "elements")          # elements the last step exchanged
         self.steps = f64(0.0, "steps")                # steps begun
@@ -105,9 +106,10 @@ class Budget(tf.Module):
 
     def read(self):
         """The controller's state as Python floats (for logs)."""
-        share = self.sent.numpy() / self.total.numpy() if self.total.numpy() else 0.0
+        total = self.total.numpy()
         return {"dense": bool(self.dense.numpy() > 0.5), "price_nats": float(self.price.numpy()),
-                "density": float(share),  # of the step that ran last
+                "density": float(self.values.numpy() / total) if total else 0.0,  # of the step that ran last
+                "bytes_per_element": float(self.sent.numpy() / total) if total else 0.0,
                 "other_ms": 1e3 * float(self.other_s.numpy()), "fixed_ms": 1e3 * float(self.fixed_s.numpy()),
                 "bandwidth_MBps": float(self.bandwidth.numpy()) / 1e6, "steps": int(self.steps.numpy())}
 
@@ -129,7 +131,8 @@ class Budget(tf.Module):
         self.measured_dense.assign(self.step_dense)
         self.step_dense.assign(self.dense)
         self.elements.assign(self.total)
-        for var, value in ((self.started, now), (self.link_s, 0.0), (self.sent, 0.0), (self.total, 0.0)):
+        for var, value in ((self.started, now), (self.link_s, 0.0), (self.sent, 0.0), (self.values, 0.0),
+                           (self.total, 0.0)):
             var.assign(value)
         self.steps.assign_add(1.0)
         return self.dense > 0.5, figures
@@ -138,10 +141,11 @@ class Budget(tf.Module):
         """The running step's mode, for gradients after the first."""
         return self.step_dense > 0.5
 
-    def count(self, sent, total):
-        """Adds a gradient's sent and exchanged elements to this step's share."""
-        self.sent.assign_add(tf.cast(sent, tf.float64))
-        self.total.assign_add(tf.cast(total, tf.float64))
+    def count(self, sent, values, total):
+        """Adds a gradient's bytes sent (the compressor's count), values sent and elements
+        exchanged to this step's."""
+        for var, x in ((self.sent, sent), (self.values, values), (self.total, total)):
+            var.assign_add(tf.cast(x, tf.float64))
 
     def left(self, graph, after):
         """A ``compress`` ended once ``after`` (its output) exists; returns ``after``."""
@@ -175,7 +179,7 @@ class Budget(tf.Module):
         ok = valid > 0.5
         dense_step, sparse_step = ok & (self.measured_dense > 0.5), ok & (self.measured_dense < 0.5)
         dense_bytes = 4.0 * self.elements  # float32 values of a dense exchange
-        sent_bytes = share * self.elements * VALUE_BYTES
+        sent_bytes = share * self.elements
         other = tf.maximum(step_s - link_s, 1e-4)
         other_s = self.smoothed(self.other_s, other, sparse_step)
         other_dense_s = self.smoothed(self.other_dense_s, other, dense_step)

@@ -1,28 +1,30 @@
 """Sparse exchange behind Horovod's stock ``Compressor`` API.
 
 Every sparse method ends here. A rank's selection (values and int32 indices)
-is packed into one ``uint8`` payload of shape ``[1 + k, 4 + value_bytes]``:
-one row per element (index bytes, then value bytes) after a header row whose
-index field is ``-1 - digest``, ``digest`` being a 31-bit hash of the
-gradient's size and dtype and of the compressor's settings. The header means
-no rank ever hands Horovod an empty tensor, even when it selected nothing;
-its negative index makes ``unsorted_segment_sum`` drop it while decoding, and
-every rank checks that all headers agree, so ranks that run different models
-or compressor settings stop with an error instead of mixing gradients. Each
-rank decodes every rank's rows in rank order into the same dense sum, so
-ranks stay bit-identical.
+is packed into one flat ``uint8`` payload (``hvd_gradpart.formats``): a
+header (int32 ``-1 - digest``, the format, the value count), the positions
+in whichever format is smallest for this selection (delta codes of 32, 16
+or fewer bits with an escape for long gaps, 1 bit being a position bitmap,
+or none when every value is sent), then the values.
+``digest`` is a 31-bit hash of the gradient's size and dtype and of the
+compressor's settings. The header means no rank ever hands Horovod an empty
+tensor, even when it selected nothing, and every rank checks that all
+headers agree before it decodes any payload, so ranks that run different
+models or compressor settings stop with an error instead of mixing gradients.
+Each rank decodes every rank's payload in rank order and sums them in one
+scatter into the same dense result, so ranks stay bit-identical.
 
 Payloads travel in groups, one ``hvd.allgather`` per group. ``compress``
 only queues its payload on the open ``Group`` of the graph it is traced in
 (of eager code, outside any graph) and keeps a ``Ticket``; the first
-``decompress`` that asks for its rows closes the group and gathers all of
+``decompress`` that asks for its payloads closes the group and gathers all of
 it. Horovod's grouped path (``num_groups=``/``groups=``) compresses every
 tensor of a group before it decompresses any, so all of them share one
 collective; without groups each tensor sits in its own ``tf.cond`` branch
 graph and its group holds it alone. A rank's block is one flat ``uint8``
-tensor: an int32 tag ``-1 - digest`` of every payload's header, the row count
-of each payload, then the payloads' bytes. A receiver walks the blocks in
-rank order: it checks each tag before it reads that block's counts, so
+tensor: an int32 tag ``-1 - digest`` of every payload's header, the byte
+length of each payload, then the payloads. A receiver walks the blocks in
+rank order: it checks each tag before it reads that block's lengths, so
 ranks whose groups differ stop with an error before any offset is trusted.
 
 Horovod's own allreduce then runs on a one-element *marker* of ones. It comes
@@ -40,7 +42,9 @@ from typing import NamedTuple
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
-INDEX_BYTES = 4
+from hvd_gradpart import formats
+
+COUNT_BYTES = 4  # int32 tag of a group, int32 byte length of each payload
 MARKER_DTYPE = tf.float32
 ENCODINGS = ("native", "fp16")
 
@@ -49,13 +53,16 @@ class Encoded(NamedTuple):
     """One rank's packed selection.
 
     Attributes:
-        payload: ``uint8 [1 + k, row_width]`` tensor for ``hvd.allgather``.
+        payload: flat ``uint8`` tensor for ``hvd.allgather`` (``hvd_gradpart.formats``).
         sent: the selected values as every receiver decodes them, in the
-            gradient's dtype; what encoding rounded off stays in the residual.
+            gradient's dtype and the order given; what encoding rounded off
+            stays in the residual.
+        format: int32 scalar, the payload's position format (``formats.DENSE`` or a gap width).
     """
 
     payload: tf.Tensor
     sent: tf.Tensor
+    format: tf.Tensor
 
 
 def wire_dtype(dtype, encoding="native"):
@@ -65,26 +72,11 @@ def wire_dtype(dtype, encoding="native"):
     return tf.float16 if encoding == "fp16" else tf.as_dtype(dtype)
 
 
-def row_width(dtype, encoding="native"):
-    """Bytes per selected element on the wire: index plus value."""
-    return INDEX_BYTES + wire_dtype(dtype, encoding).size
-
-
-def payload_bytes(k, dtype, encoding="native", opens_group=False):
-    """Bytes one rank sends for ``k`` elements: rows, header, row count and
-    marker, plus the group's tag for the payload that ``opens_group``."""
-    tag = INDEX_BYTES if opens_group else 0
-    return (k + 1) * row_width(dtype, encoding) + INDEX_BYTES + tag + MARKER_DTYPE.size
-
-
-def _as_bytes(x):
-    """``[k]`` tensor -> ``[k, itemsize]`` uint8."""
-    return tf.reshape(tf.bitcast(x, tf.uint8), [-1, x.dtype.size])
-
-
-def _from_bytes(raw, dtype):
-    """``[k, itemsize]`` uint8 -> ``[k]`` tensor of ``dtype``."""
-    return tf.bitcast(raw, dtype)
+def sent_bytes(payload, opens_group=False):
+    """Bytes one rank sends for ``payload``: the payload, its length in the group's block and
+    its marker, plus the group's tag for the payload that ``opens_group`` (int32 tensor)."""
+    extra = COUNT_BYTES * (2 if opens_group else 1) + MARKER_DTYPE.size
+    return tf.size(payload) + extra
 
 
 def _clip_to(values, wire):
@@ -99,36 +91,37 @@ def digest(text):
     return zlib.crc32(text.encode()) % (2 ** 31 - 1)
 
 
-def encode(values, indices, encoding="native", header_digest=0):
-    """Packs ``values`` found at int32 ``indices`` into one payload."""
+def encode(values, indices, n, encoding="native", header_digest=0):
+    """Packs ``values`` found at distinct int32 ``indices`` of an ``n``-element gradient into
+    one payload, in the smallest format."""
     wire = wire_dtype(values.dtype, encoding)
     on_wire = tf.cast(_clip_to(values, wire), wire)
-    index_col = tf.concat([tf.constant([-1 - header_digest], tf.int32), indices], 0)
-    value_col = tf.concat([tf.zeros([1], wire), on_wire], 0)
-    payload = tf.concat([_as_bytes(index_col), _as_bytes(value_col)], 1)
-    return Encoded(payload, tf.cast(on_wire, values.dtype))
+    payload, form = formats.encode(on_wire, indices, n, header_digest)
+    return Encoded(payload, tf.cast(on_wire, values.dtype), form)
 
 
-def decode_sum(gathered, n, dtype, encoding="native", scale=None, mismatch="ranks disagree"):
-    """Scatter-adds every rank's gathered rows, times ``scale``, into a dense ``[n]`` sum.
+def decode_sum(payloads, n, dtype, encoding="native", scale=None, mismatch="ranks disagree"):
+    """Scatter-adds every rank's payload (a list in rank order), times ``scale``, into a dense
+    ``[n]`` sum.
 
     Half-precision values are summed in float32, then cast back.
 
     Raises:
-        tf.errors.InvalidArgumentError: the header rows differ (message
-            ``mismatch``): ranks packed different gradients or settings.
+        tf.errors.InvalidArgumentError: the headers differ (message ``mismatch``): ranks
+            packed different gradients or settings; checked before any payload is decoded.
     """
     wire = wire_dtype(dtype, encoding)
-    indices = _from_bytes(gathered[:, :INDEX_BYTES], tf.int32)
-    headers = tf.boolean_mask(indices, indices < 0)
-    agree = tf.debugging.assert_equal(tf.reduce_min(headers), tf.reduce_max(headers), message=mismatch)
+    tags = tf.stack([formats.header(p)[0] for p in payloads])
+    agree = tf.debugging.assert_equal(tf.reduce_min(tags), tf.reduce_max(tags), message=mismatch)
     dtype = tf.as_dtype(dtype)
     acc = tf.float32 if dtype.size < 4 else dtype
-    values = tf.cast(_from_bytes(gathered[:, INDEX_BYTES:], wire), acc)
+    with tf.control_dependencies([agree]):
+        decoded = [formats.decode(p, n, wire) for p in payloads]
+    indices = tf.concat([i for i, _ in decoded], 0)
+    values = tf.cast(tf.concat([v for _, v in decoded], 0), acc)
     if scale is not None:
         values = values * tf.cast(scale, acc)
-    with tf.control_dependencies([agree]):
-        total = tf.math.unsorted_segment_sum(values, indices, n)
+    total = tf.math.unsorted_segment_sum(values, indices, n)
     return tf.cast(total, dtype)
 
 
@@ -150,23 +143,21 @@ class Group:
         self.skips.append(skip)
         return len(self.payloads) - 1
 
-    def rows(self, position):
-        """Every rank's rows of payload ``position`` in rank order; gathers the group once,
-        unless every payload in it skips (then each has no rows)."""
+    def gathered(self, position):
+        """Every rank's payload ``position``, a list in rank order; gathers the group once,
+        unless every payload in it skips (then each is empty)."""
         if self.parts is None:
-            widths = [int(p.shape[1]) for p in self.payloads]
             if any(skip is None for skip in self.skips):
-                self.parts = self._gather(widths)
+                self.parts = self._gather()
             else:
-                nothing = [tf.zeros([0, w], tf.uint8) for w in widths]
-                self.parts = tf.cond(tf.reduce_all(tf.stack(self.skips)), lambda: nothing,
-                                     lambda: self._gather(widths))
+                nothing = [[tf.zeros([0], tf.uint8)] * hvd.size() for _ in self.payloads]
+                self.parts = tf.cond(tf.reduce_all(tf.stack(self.skips)), lambda: nothing, self._gather)
         return self.parts[position]
 
-    def _gather(self, widths):
+    def _gather(self):
         tag = group_tag(self.digests)
         everyone = hvd.allgather(pack(self.payloads, tag))
-        return unpack(everyone, widths, tag, self._mismatch())
+        return unpack(everyone, len(self.payloads), tag, self._mismatch())
 
     def _mismatch(self):
         shown = ", ".join(self.whats[:3]) + (f" and {len(self.whats) - 3} more" if len(self.whats) > 3 else "")
@@ -176,14 +167,14 @@ class Group:
 
 
 class Ticket(NamedTuple):
-    """Where a queued payload's gathered rows will come from."""
+    """Where a queued payload's gathered copies will come from."""
 
     group: Group
     position: int
 
-    def rows(self):
-        """Every rank's rows of this payload (gathers the group on first use)."""
-        return self.group.rows(self.position)
+    def payloads(self):
+        """Every rank's copy of this payload, in rank order (gathers the group on first use)."""
+        return self.group.gathered(self.position)
 
 
 _OPEN = weakref.WeakKeyDictionary()
@@ -208,7 +199,7 @@ def enqueue(payload, header_digest, what, skip=None):
 
     Args:
         payload: ``encode``'s payload (or an empty one when ``skip`` holds).
-        header_digest: the digest packed in its header row.
+        header_digest: the digest packed in its header.
         what: the gradient, as named in a disagreement error.
         skip: see ``Group.add``.
     """
@@ -228,35 +219,33 @@ def group_tag(header_digests):
 
 
 def pack(payloads, tag):
-    """One rank's block: int32 ``-1 - tag`` and each payload's row count, then the payloads' bytes."""
-    counts = tf.stack([tf.shape(p, out_type=tf.int32)[0] for p in payloads])
-    head = tf.concat([tf.constant([-1 - tag], tf.int32), counts], 0)
-    return tf.concat([tf.reshape(_as_bytes(head), [-1])] + [tf.reshape(p, [-1]) for p in payloads], 0)
+    """One rank's block: int32 ``-1 - tag`` and each payload's byte length, then the payloads."""
+    head = tf.stack([tf.constant(-1 - tag, tf.int32)] + [tf.size(p, out_type=tf.int32) for p in payloads])
+    return tf.concat([tf.reshape(tf.bitcast(head, tf.uint8), [-1])] + list(payloads), 0)
 
 
-def unpack(everyone, widths, tag, mismatch):
-    """Splits the gathered blocks of every rank; returns each payload's rows from all ranks.
+def unpack(everyone, m, tag, mismatch):
+    """Splits the gathered blocks of every rank (``m`` payloads each); returns each payload's
+    copies from all ranks, lists in rank order.
 
     Raises:
         tf.errors.InvalidArgumentError: a rank's tag differs (message ``mismatch``),
-            checked before that rank's counts are read.
+            checked before that rank's lengths are read.
     """
-    m, size = len(widths), hvd.size()
-    head_bytes = INDEX_BYTES * (m + 1)
+    size = hvd.size()
+    head_bytes = COUNT_BYTES * (m + 1)
+    word = lambda start, count: tf.bitcast(tf.reshape(tf.slice(everyone, [start], [COUNT_BYTES * count]),
+                                                      [count, COUNT_BYTES]), tf.int32)
     start, sizes, checks = tf.constant(0, tf.int32), [], []
     for _ in range(size):
-        found = _from_bytes(tf.reshape(tf.slice(everyone, [start], [INDEX_BYTES]), [1, INDEX_BYTES]), tf.int32)
-        checks.append(tf.debugging.assert_equal(found, [-1 - tag], message=mismatch))
+        checks.append(tf.debugging.assert_equal(word(start, 1), [-1 - tag], message=mismatch))
         with tf.control_dependencies(checks[-1:]):
-            counts = _from_bytes(tf.reshape(tf.slice(everyone, [start + INDEX_BYTES], [INDEX_BYTES * m]),
-                                            [m, INDEX_BYTES]), tf.int32)
-        lengths = counts * tf.constant(widths, tf.int32)
+            lengths = word(start + COUNT_BYTES, m)
         sizes.append(tf.concat([[head_bytes], lengths], 0))
         start = start + head_bytes + tf.reduce_sum(lengths)
     with tf.control_dependencies(checks):
         pieces = tf.split(everyone, tf.concat(sizes, 0), num=size * (m + 1))
-    return [tf.concat([tf.reshape(pieces[r * (m + 1) + 1 + i], [-1, widths[i]]) for r in range(size)], 0)
-            for i in range(m)]
+    return [[pieces[r * (m + 1) + 1 + i] for r in range(size)] for i in range(m)]
 
 
 def marker():

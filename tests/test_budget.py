@@ -29,7 +29,7 @@ def feed(b, step_s, link_s, share, marker=1.0, dense=None):
 
 def sparse_step_figures(bandwidth, other_s=0.02, share=0.02, fixed_s=0.002):
     link = fixed_s + share * ELEMENTS * bd.VALUE_BYTES / bandwidth
-    return other_s + link, link, share
+    return other_s + link, link, share * bd.VALUE_BYTES  # the figure: bytes sent per element
 
 
 def test_the_time_optimal_link_share_is_g_over_one_minus_g():
@@ -43,9 +43,9 @@ def test_the_time_optimal_link_share_is_g_over_one_minus_g():
 def test_a_slow_link_stays_sparse_and_the_price_buys_the_target_bytes():
     b = controller()
     for _ in range(30):
-        feed(b, *sparse_step_figures(bandwidth=1.25e6))  # 10 Mbit/s: 120 KB take 96 ms
+        feed(b, *sparse_step_figures(bandwidth=1.25e6))  # 10 Mbit/s: 70 KB take 56 ms
     assert b.dense.numpy() == 0.0
-    # 2 % sends 120 KB; the target is g / (1 - g) * 20 ms of 1.25 MB/s, 4.8 KB: the price rises
+    # 2 % sends 70 KB; the target is g / (1 - g) * 20 ms of 1.25 MB/s, 4.8 KB: the price rises
     assert b.price.numpy() > -bd.PRICE_LIMIT + 1.0
 
 
@@ -70,7 +70,7 @@ def test_a_cheap_dense_step_loses_to_a_sparse_one_that_does_nearly_as_much():
     b = bd.Budget(density_ceiling=0.02)
     b.elements.assign(107_000)
     for _ in range(5):
-        feed(b, 0.026 + 0.004, 0.004, 0.02, dense=False)
+        feed(b, 0.026 + 0.004, 0.004, 0.02 * bd.VALUE_BYTES, dense=False)
     feed(b, 0.008 + 0.034, 0.034, 1.0, dense=True)  # a probe measures 12.5 MB/s
     assert b.bandwidth.numpy() == pytest.approx(4 * 107_000 / 0.034)
     assert b.dense.numpy() == 0.0
@@ -95,9 +95,9 @@ def test_the_link_time_is_the_last_rank_s_not_the_wait_of_the_first():
     b = controller()
     # rank 0 reached the collective 45 ms early (its peer computed longer): link 50 ms and 5 ms
     links = tf.constant([0.05, 0.005], tf.float64)
-    figures = tf.stack([0.07, tf.reduce_mean(links), tf.reduce_mean(links ** 2), 0.001, 1.0])
+    figures = tf.stack([0.07, tf.reduce_mean(links), tf.reduce_mean(links ** 2), 0.001, 1.0])  # 1 KB sent
     b.update(tf.cast(figures, tf.float32), tf.constant(1.0, tf.float32))
-    assert b.bandwidth.numpy() == pytest.approx(0.001 * ELEMENTS * bd.VALUE_BYTES / 0.005, rel=1e-3)
+    assert b.bandwidth.numpy() == pytest.approx(0.001 * ELEMENTS / 0.005, rel=1e-3)
     assert b.other_s.numpy() == pytest.approx(0.065, rel=1e-3)  # the wait is the step's, not the link's
 
 
@@ -113,11 +113,11 @@ def test_sum_and_average_give_the_same_decisions():
 
 def test_a_probe_costs_at_most_its_share_of_the_sparse_time():
     b = controller()
-    feed(b, 0.22, 0.2, 0.02, dense=False)  # 120 KB in 0.2 s: 0.6 MB/s
+    feed(b, 0.22, 0.2, 0.12, dense=False)  # 0.12 bytes per element, 120 KB in 0.2 s: 0.6 MB/s
     b.bandwidth.assign(1.25e6)  # a dense step measured at 10 Mbit/s: 3.2 s for 4 MB
     steps = 0
     while b.dense.numpy() == 0.0:
-        feed(b, 0.22, 0.2, 0.02, dense=False)
+        feed(b, 0.22, 0.2, 0.12, dense=False)
         steps += 1
     dense_step = 0.02 + 4e6 / 1.25e6
     assert steps * 0.22 == pytest.approx(dense_step / bd.PROBE_SHARE, rel=0.05)
@@ -127,7 +127,7 @@ def test_a_probe_costs_at_most_its_share_of_the_sparse_time():
 def test_the_fitted_line_tells_a_payload_from_the_fixed_cost():
     b = controller()
     shares = [0.0005, 0.001, 0.002, 0.0015, 0.003]  # the entropy rule's counts vary step to step
-    for i in range(20):  # 100 Mbit/s, 5 ms fixed: 3-18 KB payloads take 0.2-1.4 ms of their own
+    for i in range(20):  # 100 Mbit/s, 5 ms fixed: 2-11 KB payloads take 0.1-0.8 ms of their own
         feed(b, *sparse_step_figures(bandwidth=1.25e7, share=shares[i % 5], fixed_s=0.005), dense=False)
     fixed, fitted = (x.numpy() for x in b.line())
     assert fixed == pytest.approx(0.005, rel=0.05)
@@ -147,15 +147,16 @@ def test_payloads_of_one_size_give_no_fit_only_a_lower_bound():
     for _ in range(20):
         feed(b, *sparse_step_figures(bandwidth=1.25e7, share=0.001, fixed_s=0.005), dense=False)
     assert b.line()[1].numpy() == 0.0
-    assert b.bandwidth.numpy() == pytest.approx(6e3 / (0.005 + 6e3 / 1.25e7), rel=1e-3)  # float32 figures
+    sent = 0.001 * ELEMENTS * bd.VALUE_BYTES
+    assert b.bandwidth.numpy() == pytest.approx(sent / (0.005 + sent / 1.25e7), rel=1e-3)  # float32 figures
 
 
 def test_payloads_of_one_size_on_a_link_that_slows_lower_the_bandwidth():
     b = controller()
-    for _ in range(10):  # 60 KB: 4.8 ms of its own beside a 5 ms fixed cost at 100 Mbit/s
+    for _ in range(10):  # 35 KB: 2.8 ms of its own beside a 5 ms fixed cost at 100 Mbit/s
         feed(b, *sparse_step_figures(bandwidth=1.25e7, share=0.01, fixed_s=0.005), dense=False)
-    assert b.bandwidth.numpy() == pytest.approx(6e4 / 0.0098)  # the lower bound: nothing fits
-    for _ in range(10):  # 10 Mbit/s: the payload's 48 ms dwarf the least link time seen
+    assert b.bandwidth.numpy() == pytest.approx(3.5e4 / 0.0078, rel=1e-3)  # the lower bound: nothing fits
+    for _ in range(10):  # 10 Mbit/s: the payload's 28 ms dwarf the least link time seen
         feed(b, *sparse_step_figures(bandwidth=1.25e6, share=0.01, fixed_s=0.005), dense=False)
     assert 1.25e6 <= b.bandwidth.numpy() < 1.6e6
 
@@ -193,7 +194,7 @@ def test_in_a_closed_loop_the_step_time_comes_back_after_the_link_drops():
         residual = acc.copy()
         residual[sent] = 0.0
         link = 0.004 + k * bd.VALUE_BYTES / (1.25e7 if step < 100 else 1.25e6) + rng.normal(0.0, 5e-4)
-        feed(b, other_s + link, link, k / n, dense=False)
+        feed(b, other_s + link, link, k * bd.VALUE_BYTES / n, dense=False)
         steps.append(other_s + link)
     before, after = statistics.median(steps[80:100]), statistics.median(steps[140:160])
     assert after <= 1.5 * before, (before, after)

@@ -1,52 +1,52 @@
 """Single-process checks of the wire format (no Horovod launch needed)."""
+import math
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from hvd_gradpart import exchange
+from hvd_gradpart import exchange, formats
 
 
-def gathered(*selections, encoding="native"):
-    """Concatenates payloads as hvd.allgather would (rank order)."""
-    return tf.concat([exchange.encode(tf.constant(v), tf.constant(i, tf.int32), encoding).payload
-                      for v, i in selections], 0)
+def payloads(*selections, n, encoding="native"):
+    """Each rank's payload, as hvd.allgather hands them to decode_sum (rank order)."""
+    return [exchange.encode(tf.constant(v), tf.constant(i, tf.int32), n, encoding).payload for v, i in selections]
 
 
 def test_decode_sums_every_rank_and_drops_headers():
     rank0 = (np.array([1.5, -2.0], np.float32), [3, 0])
     rank1 = (np.array([0.25], np.float32), [3])
-    total = exchange.decode_sum(gathered(rank0, rank1), 5, tf.float32).numpy()
+    total = exchange.decode_sum(payloads(rank0, rank1, n=5), 5, tf.float32).numpy()
     np.testing.assert_array_equal(total, [-2.0, 0, 0, 1.75, 0])
 
 
-def test_empty_selection_still_sends_a_header_row():
-    payload = exchange.encode(tf.zeros([0], tf.float32), tf.zeros([0], tf.int32)).payload
-    assert payload.shape == (1, 8)
-    total = exchange.decode_sum(payload, 4, tf.float32).numpy()
+def test_empty_selection_still_sends_a_header():
+    payload = exchange.encode(tf.zeros([0], tf.float32), tf.zeros([0], tf.int32), 4).payload
+    assert payload.shape == (formats.HEADER_BYTES,)
+    total = exchange.decode_sum([payload], 4, tf.float32).numpy()
     np.testing.assert_array_equal(total, np.zeros(4))
 
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32, tf.float64])
 def test_round_trip_every_float_dtype(dtype):
     values = tf.constant([0.5, -3.0, 7.0], dtype)
-    payload = exchange.encode(values, tf.constant([2, 0, 5])).payload
-    assert payload.shape == (4, 4 + dtype.size)
-    total = exchange.decode_sum(payload, 6, dtype)
+    payload = exchange.encode(values, tf.constant([2, 0, 5]), 6).payload
+    total = exchange.decode_sum([payload], 6, dtype)
     assert total.dtype == dtype
     np.testing.assert_array_equal(total.numpy().astype(np.float32), [-3, 0, 0.5, 0, 0, 7])
 
 
-def test_fp16_encoding_rounds_and_reports_what_was_sent():
-    values = tf.constant([1.0 + 2 ** -12, 3.0], tf.float32)
-    encoded = exchange.encode(values, tf.constant([0, 1]), "fp16")
-    np.testing.assert_array_equal(encoded.sent.numpy(), [1.0, 3.0])
-    assert encoded.payload.shape == (3, 6)
+def test_fp16_encoding_rounds_and_reports_what_was_sent_in_the_given_order():
+    values = tf.constant([3.0, 1.0 + 2 ** -12], tf.float32)
+    encoded = exchange.encode(values, tf.constant([1, 0]), 2, "fp16")
+    np.testing.assert_array_equal(encoded.sent.numpy(), [3.0, 1.0])
+    assert encoded.payload.dtype == tf.uint8 and encoded.payload.shape.rank == 1
 
 
-def test_payload_bytes_counts_rows_header_row_count_and_marker():
-    assert exchange.payload_bytes(10, tf.float32) == 11 * 8 + 4 + 4
-    assert exchange.payload_bytes(0, tf.float32, "fp16") == 6 + 4 + 4
-    assert exchange.payload_bytes(0, tf.float32, "fp16", opens_group=True) == 6 + 4 + 4 + 4
+def test_sent_bytes_counts_payload_length_marker_and_the_groups_tag():
+    payload = tf.zeros([23], tf.uint8)
+    assert int(exchange.sent_bytes(payload)) == 23 + 4 + 4
+    assert int(exchange.sent_bytes(payload, opens_group=True)) == 23 + 4 + 4 + 4
 
 
 def test_unknown_encoding_is_refused():
@@ -54,16 +54,104 @@ def test_unknown_encoding_is_refused():
         exchange.wire_dtype(tf.float32, "int8")
 
 
+def test_unknown_format_is_refused():
+    with pytest.raises(ValueError, match="form must be one of"):
+        formats.encode(tf.zeros([1]), tf.zeros([1], tf.int32), 4, form=17)
+
+
+def test_a_repeated_index_is_a_clear_error():
+    with pytest.raises(tf.errors.InvalidArgumentError, match="a selected index repeats"):
+        exchange.encode(tf.constant([1.0, 2.0, 4.0]), tf.constant([5, 2, 5]), 8)
+
+
 def test_headers_that_disagree_stop_the_decode():
     values, indices = tf.constant([1.0]), tf.constant([0])
-    payloads = [exchange.encode(values, indices, header_digest=d).payload for d in (exchange.digest("a"), 7)]
+    sent = [exchange.encode(values, indices, 2, header_digest=d).payload for d in (exchange.digest("a"), 7)]
     with pytest.raises(tf.errors.InvalidArgumentError, match="ranks packed different things"):
-        exchange.decode_sum(tf.concat(payloads, 0), 2, tf.float32, mismatch="ranks packed different things")
+        exchange.decode_sum(sent, 2, tf.float32, mismatch="ranks packed different things")
 
 
 def test_decode_applies_the_scale_to_every_value():
-    total = exchange.decode_sum(gathered((np.array([2.0, 4.0], np.float32), [1, 0])), 3, tf.float32, scale=0.5)
+    total = exchange.decode_sum(payloads((np.array([2.0, 4.0], np.float32), [1, 0]), n=3), 3, tf.float32, scale=0.5)
     np.testing.assert_array_equal(total.numpy(), [2.0, 1.0, 0.0])
+
+
+# Formats: sizes computed here from the format description, round trips, the choice -------
+
+
+def expected_size(form, indices, n, value_bytes):
+    """Bytes of a payload in ``form``, from the module doc of ``hvd_gradpart.formats``."""
+    if form == formats.DENSE:
+        return 9 + n * value_bytes
+    cursor, codes = 0, 0
+    for i in sorted(indices):
+        codes += (i - cursor) // (2 ** form - 1) + 1
+        cursor = i + 1
+    return 9 + math.ceil(codes * form / 8) + len(indices) * value_bytes
+
+
+def selection(n, k, seed, clustered=False):
+    rs = np.random.RandomState(seed)
+    if clustered:  # runs of neighbours far apart, as whole rows of a kernel are
+        starts = rs.choice(n - 64, max(1, k // 32), replace=False)
+        indices = np.unique(np.clip((starts[:, None] + np.arange(32)).ravel(), 0, n - 1))[:k]
+    else:
+        indices = np.sort(rs.choice(n, k, replace=False))
+    return rs.randn(len(indices)).astype(np.float32), indices.astype(np.int32)
+
+
+CASES = [(1000, 0, False), (1000, 1, False), (70000, 2, False), (200000, 3, False), (50000, 150, False),
+         (50000, 500, False), (50000, 1500, False), (50000, 9000, False), (50000, 48000, False),
+         (50000, 50000, False), (100000, 3000, True), (1 << 17, 1 << 16, True)]
+
+
+@pytest.mark.parametrize("n, k, clustered", CASES)
+def test_each_format_has_its_documented_size_and_the_smallest_is_chosen(n, k, clustered):
+    values, indices = selection(n, k, n + k, clustered)
+    if k == 1:
+        indices[0] = n - 1  # one gap as long as the tensor
+    wanted = [expected_size(f, indices, n, 2) for f in formats.FORMATS]
+    priced = formats.sizes(tf.constant(indices), n, 2, sample=max(1, len(indices))).numpy()
+    assert priced.tolist() == wanted
+    for form, size in zip(formats.FORMATS, wanted):
+        payload, code = formats.encode(tf.constant(values, tf.float16), tf.constant(indices), n, form=form)
+        assert int(code) == form and payload.shape[0] == size
+    payload, code = formats.encode(tf.constant(values, tf.float16), tf.constant(indices), n)
+    assert payload.shape[0] == wanted[formats.FORMATS.index(int(code))]
+    if len(indices) <= formats.SAMPLE:  # priced exactly: the smallest
+        assert int(code) == formats.FORMATS[int(np.argmin(wanted))]
+    else:  # priced from a sample of the gaps: within 1 % of the smallest
+        assert payload.shape[0] <= 1.01 * min(wanted)
+
+
+@pytest.mark.parametrize("form", formats.FORMATS)
+@pytest.mark.parametrize("n, k, clustered", [(1000, 0, False), (1000, 1, False), (70001, 40, False),
+                                              (70001, 3000, True), (4099, 4099, False)])
+def test_every_format_decodes_to_the_same_bits(form, n, k, clustered):
+    values, indices = selection(n, k, 7 * n + k, clustered)
+    if k == 1:
+        indices[0] = n - 1
+    order = np.random.RandomState(k).permutation(len(indices))  # any order goes in
+    payload, _ = formats.encode(tf.constant(values[order]), tf.constant(indices[order]), n, 1234, form)
+    got_indices, got_values = formats.decode(payload, n, tf.float32)
+    if form == formats.DENSE:
+        want = np.zeros(n, np.float32)
+        want[indices] = values
+        np.testing.assert_array_equal(got_indices.numpy(), np.arange(n))
+        assert got_values.numpy().tobytes() == want.tobytes()
+    else:
+        np.testing.assert_array_equal(got_indices.numpy(), indices)
+        assert got_values.numpy().tobytes() == values.tobytes()
+    tag, code, count = (int(x) for x in formats.header(payload))
+    assert (tag, code, count) == (-1 - 1234, form, len(indices))
+
+
+@pytest.mark.parametrize("density, bound", [(0.003, 3.5), (0.01, 3.5), (0.03, 3.5), (0.2, 2.7)])
+def test_fp16_values_cost_at_most_the_bound_per_value_at_mlp_size(density, bound):
+    n = 1024 * 1024
+    values, indices = selection(n, int(density * n), 3)
+    payload = exchange.encode(tf.constant(values), tf.constant(indices), n, "fp16").payload
+    assert int(exchange.sent_bytes(payload)) / len(indices) <= bound
 
 
 @pytest.fixture(autouse=True)
@@ -85,12 +173,15 @@ class TwoRanks:
         return tf.concat([block, self.other()], 0)
 
 
+SIZES = (4, 3, 6)
+
+
 def encoded(selections, encoding="native"):
     """``(payload, header digest)`` of each ``(values, indices)`` pair."""
     out = []
-    for i, (values, indices) in enumerate(selections):
+    for i, ((values, indices), n) in enumerate(zip(selections, SIZES)):
         header = exchange.digest(f"{i}/{np.asarray(values).dtype}")
-        out.append((exchange.encode(tf.constant(values), tf.constant(indices, tf.int32), encoding, header),
+        out.append((exchange.encode(tf.constant(values), tf.constant(indices, tf.int32), n, encoding, header),
                     header))
     return out
 
@@ -112,23 +203,24 @@ MIXED1 = [(np.array([0.5], np.float16), [3]), (np.array([7.0], np.float64), [2])
           (np.array([], np.float32), [])]
 
 
-def test_one_gather_carries_a_mixed_group_and_every_rank_gets_its_rows(monkeypatch):
+def test_one_gather_carries_a_mixed_group_and_every_rank_gets_its_payloads(monkeypatch):
     monkeypatch.setattr(exchange, "hvd", TwoRanks(rank_block(MIXED1)))
     tickets = queue(MIXED0)
     assert len({id(t.group) for t in tickets}) == 1
-    sizes = (4, 3, 6)
-    totals = [exchange.decode_sum(t.rows(), n, np.asarray(v).dtype).numpy()
-              for t, n, (v, _) in zip(tickets, sizes, MIXED0)]
+    totals = [exchange.decode_sum(t.payloads(), n, np.asarray(v).dtype).numpy()
+              for t, n, (v, _) in zip(tickets, SIZES, MIXED0)]
     np.testing.assert_array_equal(totals[0], [-2.0, 0, 0, 2.0])
     np.testing.assert_array_equal(totals[1], [0, 0, 7.0])
     np.testing.assert_array_equal(totals[2], [0, 4.0, -1.0, 0, 0, 0.25])
-    assert [t.rows().shape[0] for t in tickets] == [2 + 3, 1 + 2, 4 + 1]
+    mine = [e.payload.numpy().tobytes() for e, _ in encoded(MIXED0)]
+    theirs = [e.payload.numpy().tobytes() for e, _ in encoded(MIXED1)]
+    assert [[p.numpy().tobytes() for p in t.payloads()] for t in tickets] == [list(x) for x in zip(mine, theirs)]
 
 
 def test_a_gathered_group_is_closed_and_the_next_payload_opens_another(monkeypatch):
     monkeypatch.setattr(exchange, "hvd", TwoRanks(rank_block(MIXED1[:1])))
     first = queue(MIXED0[:1])[0]
-    first.rows()
+    first.payloads()
     second = queue(MIXED0[:1])[0]
     assert second.group is not first.group and second.position == 0
 
@@ -137,4 +229,4 @@ def test_ranks_whose_groups_differ_stop_before_reading_counts(monkeypatch):
     monkeypatch.setattr(exchange, "hvd", TwoRanks(rank_block(MIXED1[:1])))
     tickets = queue(MIXED0)
     with pytest.raises(tf.errors.InvalidArgumentError, match="ranks disagree on the 3 gradient"):
-        tickets[0].rows()
+        tickets[0].payloads()

@@ -248,7 +248,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         first = budget.starts(graph)
         dense, figures = budget.begin(graph) if first else (budget.mode(), None)
         tail = exchange.marker() if figures is None else tf.concat([exchange.marker(), figures], 0)
-        empty = tf.zeros([0, exchange.row_width(tensor.dtype, self.value_encoding)], tf.uint8)
+        empty = tf.zeros([0], tf.uint8)
         out, payload = budget.left(graph, tf.cond(
             dense, lambda: (tf.concat([self._dense(slot, grad, budget), tail], 0), empty),
             lambda: (tail, self._sparse(slot, grad, what, header, opens_group, budget))))
@@ -260,15 +260,13 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         n = grad.shape.num_elements()
         swept = self.run_sweep(slot, grad, what)
         indices, diagnostics = self.select(swept, grad, slot)
-        encoded = exchange.encode(tf.gather(swept.acc, indices), indices, self.value_encoding, header)
+        encoded = exchange.encode(tf.gather(swept.acc, indices), indices, n, self.value_encoding, header)
         self._store(slot, swept, indices, encoded.sent)
-        k = tf.size(indices)
-        slot.metrics.record(
-            elements=n, dense_bytes=n * grad.dtype.size, sent_elements=k,
-            sent_bytes=exchange.payload_bytes(k, grad.dtype, self.value_encoding, opens_group),
-            **diagnostics)
+        sent = exchange.sent_bytes(encoded.payload, opens_group)
+        slot.metrics.record(elements=n, dense_bytes=n * grad.dtype.size, sent_elements=tf.size(indices),
+                            sent_bytes=sent, wire_format=encoded.format, **diagnostics)
         if budget is not None:
-            budget.count(k, n)
+            budget.count(sent, tf.size(indices), n)
         return encoded.payload
 
     def _dense(self, slot, grad, budget):
@@ -279,7 +277,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         slot.residual.assign(tf.zeros_like(acc), read_value=False)
         slot.metrics.record(elements=n, dense_bytes=n * grad.dtype.size, sent_elements=n,
                             sent_bytes=n * grad.dtype.size)
-        budget.count(n, n)
+        budget.count(n * grad.dtype.size, n, n)
         return acc
 
     def _whole(self, tensor):
@@ -287,7 +285,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         n = tensor.shape.num_elements()
         what = f"small gradient ({tensor.dtype.name}{tensor.shape})"
         header = exchange.digest(f"whole/{n}/{tensor.dtype.name}")
-        encoded = exchange.encode(tf.reshape(tensor, [-1]), tf.range(n), "native", header)
+        encoded = exchange.encode(tf.reshape(tensor, [-1]), tf.range(n), n, "native", header)
         mismatch = (f"hvd_gradpart: ranks disagree on {what}: every rank must build the same model "
                     "and the same compressor settings")
         return exchange.marker(), (exchange.enqueue(encoded.payload, header, what), tensor, mismatch, "native",
@@ -316,15 +314,15 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         self._hint_if_per_tensor(tensor)
         n = original.shape.num_elements()
         if link is None:
-            total = exchange.decode_sum(ticket.rows(), n, original.dtype, encoding,
+            total = exchange.decode_sum(ticket.payloads(), n, original.dtype, encoding,
                                         exchange.marker_scale(tensor), mismatch)
         else:
             budget, graph, dense, first = link
-            tensor, rows = budget.arrived(graph, (tensor, ticket.rows()))
+            tensor, payloads = budget.arrived(graph, (tensor, ticket.payloads()))
             tail = 1 + FIGURES if first else 1
             marker = tensor[-tail:][:1]
             total = tf.cond(dense, lambda: tensor[:n], lambda: exchange.decode_sum(
-                rows, n, original.dtype, encoding, exchange.marker_scale(marker), mismatch))
+                payloads, n, original.dtype, encoding, exchange.marker_scale(marker), mismatch))
             if first:
                 update = budget.update(tensor[-FIGURES:], marker[0])
                 with tf.control_dependencies([update]):

@@ -1,0 +1,201 @@
+"""Where a rank's selected values sit, in the fewest bytes: a position format chosen per payload.
+
+A payload is one flat ``uint8`` tensor: a 9-byte header (int32 ``-1 - digest``, one byte ``b``
+naming the format, int32 ``k``, the number of values), the positions, then the ``k`` values in
+the wire dtype, in ascending position. With ``b`` in ``GAP_WIDTHS`` each value's position is its
+gap from the element after the previous value (the first: from element 0) in a ``b``-bit code; a
+gap too long for ``b`` bits is preceded by escape codes ``2 ** b - 1``, each of which advances
+``2 ** b - 1`` elements and places no value. Codes are packed least significant bit first and the
+last byte is padded with ones (escapes, or less than a code); each code is read from the (at most
+five) bytes it touches, so packing and unpacking are O(codes), whatever ``b``. So ``b = 32`` is one 32-bit word per
+value (the int32 rows of before, delta-coded), ``b = 16`` the 16-bit deltas with an escape,
+``b = 1`` a position bitmap (bit 0 marks a value, 1 skips an element) that ends at the last value,
+and ``b = 0`` (``DENSE``) sends all ``n`` values and no positions (unselected ones are zero).
+Every format's size follows from ``n``, ``k`` and the gaps, so ``encode`` prices all of them in
+the graph (one division of the gaps by the escape codes: exact up to ``SAMPLE`` values, from a
+strided sample of the gaps beyond) and writes the cheapest (the first of equal ones, so equal
+selections give equal bytes); what a payload counts is always its actual size. Decoding gives
+the same ascending indices and values whatever the format, so a sum decoded from them does not
+depend on which format each rank chose.
+"""
+import tensorflow as tf
+
+HEADER_BYTES = 9
+DENSE = 0
+GAP_WIDTHS = tuple(range(1, 17)) + (32,)
+FORMATS = (DENSE,) + GAP_WIDTHS  # the header's format byte, in order of preference among equals
+SAMPLE = 4096  # gaps that price the formats: all up to this many, else a strided sample
+
+
+def name(form):
+    """A format's name: ``"dense"`` or ``"gaps<b>"``."""
+    return "dense" if form == DENSE else f"gaps{form}"
+
+
+def _as_bytes(x):
+    """``[m]`` tensor -> flat ``[m * itemsize]`` uint8."""
+    return tf.reshape(tf.bitcast(x, tf.uint8), [-1])
+
+
+def _from_bytes(raw, dtype):
+    """Flat uint8 -> ``[m]`` tensor of ``dtype``."""
+    return tf.bitcast(tf.reshape(raw, [-1, tf.as_dtype(dtype).size]), dtype)
+
+
+def _ascending(values, indices):
+    """``(values, indices)`` in ascending index order (sorted only when they are not)."""
+    def order():
+        at = tf.argsort(indices, stable=True)
+        return tf.gather(values, at), tf.gather(indices, at)
+
+    return tf.cond(tf.reduce_all(indices[1:] > indices[:-1]), lambda: (values, indices), order)
+
+
+def _gaps(indices):
+    """int32 gap of each ascending index from the element after the previous one (the first: from 0)."""
+    return indices - tf.concat([tf.zeros([1], tf.int32), indices[:-1] + 1], 0)
+
+
+def _escape(b):
+    """int64 escape code of ``b``-bit codes (``b``: an int32 scalar tensor or an int)."""
+    return tf.bitwise.left_shift(tf.constant(1, tf.int64), tf.cast(b, tf.int64)) - 1
+
+
+def sizes(indices, n, value_bytes, sample=SAMPLE):
+    """int64 ``[len(FORMATS)]``: each format's payload bytes, header included, for ascending
+    distinct ``indices`` of an ``n``-element tensor: exact for up to ``sample`` indices; beyond,
+    the escapes are estimated from a strided sample of the gaps (what a payload then counts
+    is its actual size)."""
+    k = tf.cast(tf.size(indices), tf.int64)
+    gaps = _gaps(indices)
+    picked = gaps[::tf.maximum((tf.size(gaps) + sample - 1) // sample, 1)]
+    # Escapes per width, sum(floor(gap / (2 ** b - 1))): a float division is exact here (float32
+    # below 2 ** 23 elements: gaps, quotients and their sums stay under 2 ** 24) and much
+    # cheaper than an integer one.
+    exact = tf.float32 if n <= 2 ** 23 else tf.float64
+    escape = tf.constant([2 ** b - 1 for b in GAP_WIDTHS], exact)
+    escapes = tf.cast(tf.reduce_sum(tf.floor(tf.cast(picked, exact)[:, None] / escape), 0), tf.float64)
+    scale = tf.math.divide_no_nan(tf.cast(k, tf.float64), tf.cast(tf.size(picked), tf.float64))
+    codes = k + tf.cast(tf.round(escapes * scale), tf.int64)
+    positions = (codes * tf.constant(GAP_WIDTHS, tf.int64) + 7) // 8
+    dense = tf.constant([n * value_bytes], tf.int64)
+    return HEADER_BYTES + tf.concat([dense, positions + k * value_bytes], 0)
+
+
+SPAN = 5  # bytes a code of up to 33 bits can touch at any bit offset
+
+
+def _span(b):
+    """int64 ``[0, 1, ...]``, one per byte a ``b``-bit code can touch (at most ``SPAN``)."""
+    return tf.range((tf.cast(b, tf.int64) + 14) // 8)
+
+
+def _offsets(count, b):
+    """Byte index and bit shift of each of ``count`` ``b``-bit codes (int64)."""
+    bit = tf.range(count) * tf.cast(b, tf.int64)
+    return tf.bitwise.right_shift(bit, 3), tf.bitwise.bitwise_and(bit, 7)
+
+
+def _pack(b, gaps):
+    """The ``b``-bit codes of ``gaps`` (``b``: int32 scalar), as bytes."""
+    escape, gaps = _escape(b), tf.cast(gaps, tf.int64)
+    # floor(gap / escape) by a float64 division: exact (gaps < 2 ** 31), much cheaper than int64's
+    escapes = tf.cast(tf.floor(tf.cast(gaps, tf.float64) / tf.cast(escape, tf.float64)), tf.int64)
+    count = tf.size(gaps, tf.int64) + tf.reduce_sum(escapes)
+
+    def interleave():  # each gap's escapes, then its remainder
+        at = tf.cumsum(escapes) + tf.range(tf.size(gaps, tf.int64))
+        return tf.tensor_scatter_nd_update(tf.fill([count], escape), at[:, None], gaps - escapes * escape)
+
+    codes = tf.cond(tf.equal(count, tf.size(gaps, tf.int64)), lambda: gaps, interleave)
+    return tf.cond(tf.equal(8 % b, 0), lambda: _pack_aligned(b, codes), lambda: _pack_spanning(b, codes))
+
+
+def _pack_aligned(b, codes):
+    """Codes of a width that divides 8: ``8 / b`` to a byte, the last byte filled with escapes."""
+    per = tf.cast(8 // b, tf.int64)
+    codes = tf.concat([codes, tf.fill([-tf.size(codes, tf.int64) % per], _escape(b))], 0)
+    shifts = tf.range(per) * tf.cast(b, tf.int64)
+    return tf.cast(tf.reduce_sum(tf.bitwise.left_shift(tf.reshape(codes, [-1, per]), shifts), 1), tf.uint8)
+
+
+def _pack_spanning(b, codes):
+    """Codes of any width up to 33 bits: each, shifted to its bit offset, adds its bytes into
+    the (at most ``SPAN``) bytes it touches; codes share no bit."""
+    count = tf.size(codes, tf.int64)
+    first, shift = _offsets(count, b)
+    shifted = tf.bitwise.left_shift(codes, shift)
+    size = (count * tf.cast(b, tf.int64) + 7) // 8
+    pad = size * 8 - count * tf.cast(b, tf.int64)  # the last byte's spare high bits: ones
+    parts = tf.bitwise.bitwise_and(tf.bitwise.right_shift(shifted[:, None], 8 * _span(b)), 255)
+    ones = tf.bitwise.left_shift(tf.bitwise.left_shift(tf.constant(1, tf.int64), pad) - 1, 8 - pad)
+    total = tf.math.unsorted_segment_sum(tf.concat([tf.reshape(parts, [-1]), ones[None]], 0),
+                                         tf.concat([tf.reshape(first[:, None] + _span(b), [-1]),
+                                                    (size - 1)[None]], 0),
+                                         size + SPAN)
+    return tf.cast(total[:size], tf.uint8)
+
+
+def _unpack(b, packed):
+    """Ascending int32 indices of ``b``-bit codes in ``packed`` bytes (``b``: int32 scalar)."""
+    escape = _escape(b)
+
+    def aligned():  # a width that divides 8: whole codes in each byte
+        shifts = tf.range(8 // b, dtype=tf.int64) * tf.cast(b, tf.int64)
+        return tf.reshape(tf.bitwise.right_shift(tf.cast(packed, tf.int64)[:, None], shifts), [-1])
+
+    def spanning():
+        first, shift = _offsets(tf.size(packed, tf.int64) * 8 // tf.cast(b, tf.int64), b)
+        padded = tf.cast(tf.concat([packed, tf.fill([SPAN], tf.constant(255, tf.uint8))], 0), tf.int64)
+        word = tf.reduce_sum(tf.bitwise.left_shift(tf.gather(padded, first[:, None] + _span(b)), 8 * _span(b)), 1)
+        return tf.bitwise.right_shift(word, shift)
+
+    codes = tf.bitwise.bitwise_and(tf.cond(tf.equal(8 % b, 0), aligned, spanning), escape)
+    places = codes != escape
+    cursor = tf.cumsum(tf.where(places, codes + 1, escape))
+    return tf.cast(tf.boolean_mask(cursor - 1, places), tf.int32)
+
+
+def encode(values, indices, n, header_digest=0, form=None):
+    """The payload of ``values`` (already in their wire dtype) at distinct int32 ``indices`` of an
+    ``n``-element tensor, in the smallest format (or in ``form``, one of ``FORMATS``).
+
+    Returns:
+        ``(payload, format)``: flat uint8 payload, int32 format (``DENSE`` or a gap width).
+
+    Raises:
+        tf.errors.InvalidArgumentError: an index repeats.
+    """
+    if form is not None and form not in FORMATS:
+        raise ValueError(f"form must be one of {FORMATS}, got {form!r}")
+    values, indices = _ascending(values, indices)
+    distinct = tf.debugging.assert_non_negative(_gaps(indices), message="hvd_gradpart: a selected index repeats")
+    if form is None:
+        with tf.control_dependencies([distinct]):
+            form = tf.gather(tf.constant(FORMATS, tf.int32), tf.argmin(sizes(indices, n, values.dtype.size)))
+    else:
+        form = tf.constant(form, tf.int32)
+    body = tf.cond(tf.equal(form, DENSE), lambda: _as_bytes(tf.scatter_nd(indices[:, None], values, [n])),
+                   lambda: tf.concat([_pack(form, _gaps(indices)), _as_bytes(values)], 0))
+    header = tf.concat([_as_bytes(tf.constant([-1 - header_digest], tf.int32)),
+                        tf.cast(form, tf.uint8)[None], _as_bytes(tf.size(indices)[None])], 0)
+    return tf.concat([header, body], 0), form
+
+
+def header(payload):
+    """``(int32 -1 - digest, int32 format, int32 k)`` of a payload."""
+    tag = _from_bytes(payload[:4], tf.int32)[0]
+    return tag, tf.cast(payload[4], tf.int32), _from_bytes(payload[5:HEADER_BYTES], tf.int32)[0]
+
+
+def decode(payload, n, wire):
+    """``(int32 indices, values of dtype wire)`` of one payload of an ``n``-element tensor:
+    all ``n`` for ``DENSE``, else ``k``, ascending."""
+    wire = tf.as_dtype(wire)
+    _, form, k = header(payload)
+    body = payload[HEADER_BYTES:]
+    dense = tf.equal(form, DENSE)
+    count = tf.where(dense, n, k)
+    positions = tf.size(body) - count * wire.size
+    indices = tf.cond(dense, lambda: tf.range(n), lambda: _unpack(form, body[:positions]))
+    return indices, _from_bytes(body[positions:], wire)
