@@ -20,10 +20,14 @@ which is not the link's. Sparse steps move one shared price, nats
 added to every area's position cost, by ``GAIN`` per e-fold of the bytes sent
 over the target ``g / (1 - g) * T`` times the bandwidth (a target in bytes,
 not in link time: a collective's fixed cost, Horovod's cycle and latency, is
-not what the price can buy down). The price starts at ``START_PRICE`` (about
-the density ceiling), so the first payloads are large enough to measure the
-link, and moves within ``PRICE_LIMIT`` either way: a fast link buys more than
-the entropy rule alone sends, a slow one less (down to the density floor). A
+not what the price can buy down). The target's ``T`` is the least smoothed non-link time
+seen (drifting up): a step's own selection and coding grow with what it sends,
+and a target read from that time would buy itself ever more bytes. The price
+starts at ``START_PRICE``, the entropy rule's own density, and moves within
+``[-PRICE_LIMIT, 0]``: a fast link buys more than the entropy rule alone
+sends, a slow one never less (payloads that small are mostly fixed cost, and a
+link time they hardly move tells little of the link: a price free to rise ran
+LeNet-5 to the density floor on a 10 Mbit/s link, and its steps got slower). A
 dense step (Horovod's allreduce of the gradient with its residual flushed in,
 no compress pass) is taken while its rate ``1 / (T_dense + D)`` beats the best
 sparse rate the bandwidth allows; ``T`` and ``T_dense`` are measured apart
@@ -55,8 +59,8 @@ import tensorflow as tf
 EXPONENT = 0.16     # g: progress per step ~ density**g (Top-k's frontier, docs/algorithm.md) ...
 SATURATION = 0.1    # ... up to this density, where a step does as much as a dense one
 GAIN = 1.0          # price change (nats) per e-fold of bytes sent over their target (docs/algorithm.md)
-START_PRICE = -10.0  # nats: about the density ceiling on a 1M-element area, a payload that measures the link
-PRICE_LIMIT = 20.0  # |price| bound, nats (a position among 1e8 costs 18.4)
+START_PRICE = 0.0   # nats: the entropy rule's own density, whose counts vary (what the fits need)
+PRICE_LIMIT = 20.0  # the lowest price, nats (a position among 1e8 costs 18.4); the highest is 0
 PROBE_SHARE = 0.05  # a dense probe costs at most this share of the sparse time since the last
 SMOOTHING = 0.8     # weight of the past in the measured non-link time
 FLOW_SMOOTHING = 0.8  # ... and in the bytes a sparse step sends (error feedback makes them bursty)
@@ -94,6 +98,9 @@ class Budget(tf.Module):
         self.steps = f64(0.0, "steps")                # steps begun
         self.other_s = f64(0.0, "other_s")            # non-link time of sparse steps (smoothed, shared)
         self.other_dense_s = f64(0.0, "other_dense_s")  # ... of dense steps (no compress pass)
+        self.base_s = f64(0.0, "base_s")              # the least smoothed sparse non-link time (drifting up)
+        # fading sums over sparse steps of 1, bytes, non-link s, bytes**2, bytes * non-link s
+        self.work = [f64(0.0, f"work_{name}") for name in ("w", "b", "t", "bb", "bt")]
         self.bandwidth = f64(0.0, "bandwidth")        # bytes/s of the link (shared)
         self.flow = f64(0.0, "flow")                  # bytes sparse steps sent (smoothed, shared)
         self.fixed_s = f64(0.0, "fixed_s")            # a collective's fixed cost (the line's, last told)
@@ -185,10 +192,21 @@ class Budget(tf.Module):
         other_dense_s = self.smoothed(self.other_dense_s, other, dense_step)
         # each mode's non-link time, the other's until a step of its own measured it
         sparse_other = tf.where(other_s > 0.0, other_s, other_dense_s)
+        # The target prices the step without what its own selection costs: a sparse step's
+        # non-link time grows with what it sends (selection, coding, the ceiling's exact top-k),
+        # and a target taken from that time would buy itself ever more bytes.
+        base_s = tf.where(sparse_step, tf.where(self.base_s > 0.0, tf.minimum(other_s, LEAST_DRIFT * self.base_s),
+                                                other_s), self.base_s)
+        work = self.fitted(self.work, sparse_step, sent_bytes, other)
+        work_s, work_rate = self.line(work)  # a step's non-link time without a payload, and its bytes/s
+        base = tf.where(work_rate > 0.0, tf.minimum(work_s, sparse_other),
+                        tf.where(base_s > 0.0, base_s, sparse_other))
+        per_byte_s = tf.math.divide_no_nan(1.0, work_rate)
         dense_other = tf.where(other_dense_s > 0.0, other_dense_s, other_s)
         link = self.measured(dense_step, sparse_step, dense_bytes / link_s, sent_bytes, link_s)
         bandwidth = link["bandwidth"]
-        flow, price = self.priced(sparse_step, sent_bytes, EXPONENT / (1 - EXPONENT) * sparse_other * bandwidth)
+        byte_s = tf.math.divide_no_nan(1.0, bandwidth) + per_byte_s  # a sent byte's time, link and work
+        flow, price = self.priced(sparse_step, sent_bytes, EXPONENT / (1 - EXPONENT) * tf.math.divide_no_nan(base, byte_s))
         since = tf.where(sparse_step, self.since_dense_s + step_s, tf.where(dense_step, zero, self.since_dense_s))
         dense_link = tf.math.divide_no_nan(dense_bytes, bandwidth)
         known = (sparse_other > 0.0) & (bandwidth > 0.0)
@@ -205,6 +223,7 @@ class Budget(tf.Module):
             *(v.assign(x) for v, x in zip(self.moments, link.pop("moments"))),
             *(getattr(self, name).assign(value) for name, value in link.items()),
             self.other_s.assign(other_s), self.other_dense_s.assign(other_dense_s), self.flow.assign(flow),
+            self.base_s.assign(base_s), *(v.assign(x) for v, x in zip(self.work, work)),
             self.price.assign(price), self.since_dense_s.assign(tf.where(probe, zero, since)),
             self.probed.assign(probed), self.dense.assign(tf.cast(dense, tf.float64)))
 
@@ -213,7 +232,7 @@ class Budget(tf.Module):
         step measures the bandwidth (``dense_bw``); the first sparse step gives a lower bound,
         its payload over its link time; later ones move the estimate ``FOLLOW`` of the way (in
         log) toward what they tell (``told``), never below their own lower bound."""
-        moments = self.fitted(sparse_step, sent_bytes, link_s)
+        moments = self.fitted(self.moments, sparse_step, sent_bytes, link_s)
         fixed_s, least_s, told = self.told(moments, sent_bytes, link_s)
         old, lower = self.bandwidth, sent_bytes / link_s
         toward = old * tf.math.divide_no_nan(told, old) ** FOLLOW
@@ -224,12 +243,12 @@ class Budget(tf.Module):
 
     def priced(self, sparse_step, sent_bytes, target_bytes):
         """The smoothed bytes of sparse steps and the price after this step: moved by ``GAIN``
-        per e-fold of those bytes over ``target_bytes``, within ``PRICE_LIMIT``."""
+        per e-fold of those bytes over ``target_bytes``, within ``[-PRICE_LIMIT, 0]``."""
         flow = tf.where(sparse_step, tf.where(self.flow > 0.0, FLOW_SMOOTHING * self.flow
                                               + (1 - FLOW_SMOOTHING) * sent_bytes, sent_bytes), self.flow)
         step = GAIN * tf.math.log(tf.math.divide_no_nan(flow, target_bytes))
         moves = sparse_step & (flow > 0.0) & (target_bytes > 0.0)
-        return flow, tf.where(moves, tf.clip_by_value(self.price + step, -PRICE_LIMIT, PRICE_LIMIT), self.price)
+        return flow, tf.where(moves, tf.clip_by_value(self.price + step, -PRICE_LIMIT, 0.0), self.price)
 
     @staticmethod
     def smoothed(old, new, when):
@@ -238,23 +257,24 @@ class Budget(tf.Module):
         new = tf.where(old > 0.0, tf.minimum(new, 4.0 * old), new)
         return tf.where(when, tf.where(old > 0.0, SMOOTHING * old + (1 - SMOOTHING) * new, new), old)
 
-    def fitted(self, sparse_step, sent_bytes, link_s):
-        """The fading moments of (bytes, link time) over sparse steps, with this step's added."""
-        point = tf.stack([tf.ones([], tf.float64), sent_bytes, link_s, sent_bytes ** 2, sent_bytes * link_s])
-        old = tf.stack(self.moments)
+    @staticmethod
+    def fitted(moments, sparse_step, sent_bytes, seconds):
+        """The fading ``moments`` of (bytes, seconds) over sparse steps, with this step's added."""
+        point = tf.stack([tf.ones([], tf.float64), sent_bytes, seconds, sent_bytes ** 2, sent_bytes * seconds])
+        old = tf.stack(moments)
         return tf.unstack(tf.where(sparse_step, FADING * old + point, old))
 
     def line(self, moments=None):
-        """The least-squares line ``link = fixed + bytes / bandwidth`` through the sparse steps:
-        ``(fixed_s, bandwidth)``; the bandwidth is 0 while their bytes vary too little to tell
-        a payload's time from the collective's fixed cost (or the fit is not rising)."""
+        """The least-squares line ``seconds = fixed + bytes / rate`` through the sparse steps
+        (default: their link times): ``(fixed, rate)``; the rate is 0 while their bytes vary
+        too little to tell what grows with them from what does not (or the fit is not rising)."""
         w, b, l, bb, bl = moments if moments is not None else self.moments
         mean_b, mean_l = tf.math.divide_no_nan(b, w), tf.math.divide_no_nan(l, w)
         var_b = tf.math.divide_no_nan(bb, w) - mean_b ** 2
         slope = tf.math.divide_no_nan(tf.math.divide_no_nan(bl, w) - mean_b * mean_l, var_b)
         told = (w >= FIT_STEPS) & (var_b >= (FIT_SPREAD * mean_b) ** 2) & (slope > 0.0)
-        bandwidth = tf.where(told, tf.math.divide_no_nan(1.0, slope), tf.zeros([], tf.float64))
-        return tf.maximum(mean_l - slope * mean_b, 0.0), bandwidth
+        rate = tf.where(told, tf.math.divide_no_nan(1.0, slope), tf.zeros([], tf.float64))
+        return tf.maximum(mean_l - tf.where(told, slope, 0.0) * mean_b, 0.0), rate
 
     def told(self, fit, sent_bytes, link_s):
         """What a sparse step tells of the link: ``(fixed_s, least_s, bandwidth)``. The fixed
