@@ -115,7 +115,7 @@ class Budget(tf.Module):
         """The controller's state as Python floats (for logs)."""
         total = self.total.numpy()
         return {"dense": bool(self.dense.numpy() > 0.5), "price_nats": float(self.price.numpy()),
-                "density": float(self.values.numpy() / total) if total else 0.0,  # of the step that ran last
+                "density": float(self.values.numpy() / total) if total else 0.0,  # this rank's, last step
                 "bytes_per_element": float(self.sent.numpy() / total) if total else 0.0,
                 "other_ms": 1e3 * float(self.other_s.numpy()), "fixed_ms": 1e3 * float(self.fixed_s.numpy()),
                 "bandwidth_MBps": float(self.bandwidth.numpy()) / 1e6, "steps": int(self.steps.numpy())}
