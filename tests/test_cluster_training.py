@@ -53,6 +53,10 @@ def test_training_over_the_link(edge, tmp_path):
     # Every byte the compressor says edge-a sent crossed edge-a's link (plus Horovod's control
     # traffic and the dense allreduce of the small tensors, which the compressor does not count).
     assert sent["edge-a"] >= comp["total_sent_bytes"] > 0
-    # Dense training moves the full gradient through the link every step; GradPart far less.
+    # Dense training moves the full gradient through the link every step; GradPart far less, by
+    # its own count (a dense probe of the link included) and on the link. The link also carries
+    # Horovod's coordination while the first step traces (about 0.3 MB/s, for the 10-30 s that
+    # GradPart's first step takes to trace its payload formats, 4 s without compression).
     assert dense_sent["edge-a"] >= comp["total_dense_bytes"]
-    assert sent["edge-a"] * 5 < dense_sent["edge-a"], (sent, dense_sent)
+    assert comp["total_sent_bytes"] * 10 < comp["total_dense_bytes"], comp
+    assert sent["edge-a"] * 3 < dense_sent["edge-a"], (sent, dense_sent)
