@@ -29,9 +29,13 @@ Horovod's own allreduce then runs on a one-element *marker* of ones. It comes
 back as ``N * prescale * postscale`` for ``Sum`` and ``prescale * postscale``
 for ``Average``, so ``sum * marker / N`` is exactly the reduction the caller
 asked for (``Average``, ``Sum``, pre/postscale, ``gradient_predivide_factor``).
+Under elastic training ``N``, like the number of blocks a receiver walks, is
+read as the graph runs (``world_size``), so one trace stays exact when ranks
+leave or join.
 The scale is applied to the gathered values before they are summed, so the
 dense result is written once.
 """
+import os
 import threading
 import weakref
 import zlib
@@ -234,29 +238,43 @@ def pack(payloads, tag):
     return tf.concat([tf.reshape(_as_bytes(head), [-1])] + [tf.reshape(p, [-1]) for p in payloads], 0)
 
 
-def unpack(everyone, widths, tag, mismatch):
+def unpack(everyone, widths, tag, mismatch, size=None):
     """Splits the gathered blocks of every rank; returns each payload's rows from all ranks.
+
+    The blocks are walked in a ``tf.while_loop`` over the ranks, so one trace
+    serves any number of them (``size``, default ``world_size()``).
 
     Raises:
         tf.errors.InvalidArgumentError: a rank's tag differs (message ``mismatch``),
             checked before that rank's counts are read.
     """
-    m, size = len(widths), hvd.size()
+    m = len(widths)
     head_bytes = INDEX_BYTES * (m + 1)
-    start, sizes, checks = tf.constant(0, tf.int32), [], []
-    for _ in range(size):
+    row_bytes = tf.constant(widths, tf.int32)
+
+    def block(r, start, starts, counts):
         found = _from_bytes(tf.reshape(tf.slice(everyone, [start], [INDEX_BYTES]), [1, INDEX_BYTES]), tf.int32)
-        checks.append(tf.debugging.assert_equal(found, [-1 - tag], message=mismatch))
-        with tf.control_dependencies(checks[-1:]):
-            counts = _from_bytes(tf.reshape(tf.slice(everyone, [start + INDEX_BYTES], [INDEX_BYTES * m]),
-                                            [m, INDEX_BYTES]), tf.int32)
-        lengths = counts * tf.constant(widths, tf.int32)
-        sizes.append(tf.concat([[head_bytes], lengths], 0))
-        start = start + head_bytes + tf.reduce_sum(lengths)
-    with tf.control_dependencies(checks):
-        pieces = tf.split(everyone, tf.concat(sizes, 0), num=size * (m + 1))
-    return [tf.concat([tf.reshape(pieces[r * (m + 1) + 1 + i], [-1, widths[i]]) for r in range(size)], 0)
-            for i in range(m)]
+        with tf.control_dependencies([tf.debugging.assert_equal(found, [-1 - tag], message=mismatch)]):
+            count = _from_bytes(tf.reshape(tf.slice(everyone, [start + INDEX_BYTES], [INDEX_BYTES * m]),
+                                           [m, INDEX_BYTES]), tf.int32)
+        return (r + 1, start + head_bytes + tf.reduce_sum(count * row_bytes),
+                starts.write(r, start), counts.write(r, count))
+
+    blocks = (tf.constant(0), tf.constant(0), tf.TensorArray(tf.int32, size=0, dynamic_size=True),
+              tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[m]))
+    _, _, starts, counts = tf.while_loop(lambda r, *_: r < (world_size() if size is None else size), block, blocks)
+    lengths = tf.reshape(counts.stack(), [-1, m]) * row_bytes  # [ranks, m] bytes of each payload
+    offsets = tf.reshape(starts.stack(), [-1, 1]) + head_bytes + tf.cumsum(lengths, axis=1, exclusive=True)
+    return [tf.reshape(tf.gather(everyone, tf.ragged.range(offsets[:, i], offsets[:, i] + lengths[:, i]).flat_values),
+                       [-1, widths[i]]) for i in range(m)]
+
+
+def world_size(dtype=tf.int32):
+    """The number of ranks as the graph runs: Horovod's ``size_op`` under elastic training
+    (``HOROVOD_ELASTIC=1``), where ranks come and go under one trace; else a constant."""
+    if int(os.environ.get("HOROVOD_ELASTIC", 0)):
+        return tf.cast(hvd.size_op(), dtype)
+    return tf.constant(hvd.size(), dtype)
 
 
 def marker():
@@ -266,4 +284,4 @@ def marker():
 
 def marker_scale(reduced_marker):
     """The factor that turns the sum of selections into the requested reduction."""
-    return reduced_marker[0] / hvd.size()
+    return reduced_marker[0] / world_size(reduced_marker.dtype)

@@ -138,3 +138,20 @@ def test_ranks_whose_groups_differ_stop_before_reading_counts(monkeypatch):
     tickets = queue(MIXED0)
     with pytest.raises(tf.errors.InvalidArgumentError, match="ranks disagree on the 3 gradient"):
         tickets[0].rows()
+
+
+def test_one_trace_unpacks_any_number_of_ranks():
+    """Elastic training changes the number of ranks under a traced step: the walk over the
+    gathered blocks takes it as the graph runs, so one trace serves 3 ranks, then 2."""
+    tag = exchange.group_tag([h for _, h in encoded(MIXED0)])
+    widths = [int(e.payload.shape[1]) for e, _ in encoded(MIXED0)]
+    blocks = [exchange.pack([e.payload for e, _ in encoded(sel)], tag) for sel in (MIXED0, MIXED1, MIXED0)]
+    walk = tf.function(lambda everyone, size: exchange.unpack(everyone, widths, tag, "disagree", size),
+                       input_signature=[tf.TensorSpec([None], tf.uint8), tf.TensorSpec([], tf.int32)])
+    for size in (3, 2):
+        parts = walk(tf.concat(blocks[:size], 0), tf.constant(size))
+        expected = [tf.concat([encoded(sel)[i][0].payload for sel in (MIXED0, MIXED1, MIXED0)[:size]], 0)
+                    for i in range(len(widths))]
+        for got, want in zip(parts, expected):
+            np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert walk.experimental_get_tracing_count() == 1
