@@ -25,18 +25,31 @@ docs/reliability.md gives the figures). A joining rank starts from empty
 residuals and a fresh fit, as at a job's start. The exchange and the marker
 read the number of ranks as the graph runs (``exchange.world_size``), so the
 traced step is reused across the change and stays exact.
+
+``run`` stands in for ``hvd.elastic.run``. Horovod 0.28.1's decorator takes a
+TensorFlow error for a lost rank only when its message names
+``HorovodAllreduce``, ``HorovodAllgather`` or ``HorovodBroadcast``; a step
+whose gradients travel in groups (``groups=``, the sparse exchange's fast
+path) fails in ``HorovodGroupedAllreduce``, and Horovod's decorator then
+returns None without a word: the surviving ranks leave training as if it had
+ended. ``run`` recognises every Horovod collective and re-raises any other
+error.
 """
+import re
 import zlib
 
+import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
-from horovod.common.elastic import State
+from horovod.common.elastic import State, run_fn
+from horovod.common.exceptions import HorovodInternalError
 
 from hvd_gradpart.budget import Budget
 from hvd_gradpart.metrics import resolve
 from hvd_gradpart.pacing import Pacer
 
 ATTRIBUTE = "_gradient_compression_states"
+COLLECTIVE = re.compile(r"Horovod(Grouped)?(Allreduce|Allgather|Broadcast|Alltoall|Reducescatter)")
 
 
 class CompressorState:
@@ -110,6 +123,31 @@ def track(state, compression):
     state.register_reset_callbacks([part.restart_shared])
     part.save()
     return state
+
+
+def run(func):
+    """``hvd.elastic.run`` for TensorFlow, recognising a lost rank in any Horovod collective.
+
+    Args:
+        func: the training function; its first argument is the elastic state.
+
+    Returns:
+        The function to call with the state: it syncs the state, runs ``func``, and on a
+        lost rank or a change of hosts resets Horovod and runs it again.
+    """
+    def guarded(state, *args, **kwargs):
+        try:
+            return func(state, *args, **kwargs)
+        except tf.errors.UnknownError as e:
+            if COLLECTIVE.search(e.message):
+                raise HorovodInternalError(e) from e
+            raise
+
+    def reset():
+        hvd.shutdown()
+        hvd.init()
+
+    return run_fn(guarded, reset)
 
 
 def unsent_norm(compression):

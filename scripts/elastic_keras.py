@@ -45,9 +45,10 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     training.limit_threads(1)
-    data = load_dataset(args.dataset, seed=args.seed)
-    # Horovod: initialize Horovod (again at every reset, inside @hvd.elastic.run).
+    # Horovod: initialize Horovod first (again at every reset, inside the elastic run): the ranks
+    # already running wait for a joining one's init no longer than HOROVOD_GLOO_TIMEOUT_SECONDS.
     hvd.init()
+    data = load_dataset(args.dataset, seed=args.seed)
     tf.keras.utils.set_random_seed(args.seed)
     model = build_model(args.model, data.x_train.shape[1:], data.num_classes, seed=args.seed)
     compression = get_compressor(args.compressor)
@@ -80,7 +81,9 @@ def main(argv=None):
         tf.keras.callbacks.LambdaCallback(on_epoch_end=report),
     ]
 
-    @hvd.elastic.run
+    # Horovod: hvd.elastic.run, as hvd_gradpart.elastic.run, which also sees a rank lost in a
+    # grouped collective (Horovod 0.28.1's misses it and ends training silently).
+    @elastic.run
     def train(state):
         x, y = shard(data.x_train, data.y_train, hvd.rank(), hvd.size())
         state.model.fit(x, y, batch_size=args.batch_size, steps_per_epoch=len(x) // args.batch_size,

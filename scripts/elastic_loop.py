@@ -54,9 +54,10 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     training.limit_threads(1)
-    data = load_dataset(args.dataset, seed=args.seed)
-    # Horovod: initialize Horovod (again at every reset, inside @hvd.elastic.run).
+    # Horovod: initialize Horovod first (again at every reset, inside the elastic run): the ranks
+    # already running wait for a joining one's init no longer than HOROVOD_GLOO_TIMEOUT_SECONDS.
     hvd.init()
+    data = load_dataset(args.dataset, seed=args.seed)
     tf.keras.utils.set_random_seed(args.seed)
     model = build_model(args.model, data.x_train.shape[1:], data.num_classes, seed=args.seed)
     optimizer = tf.keras.optimizers.SGD(args.lr * hvd.size(), momentum=0.9)
@@ -86,7 +87,9 @@ def main(argv=None):
 
     state.register_reset_callbacks([on_reset])
 
-    @hvd.elastic.run
+    # Horovod: hvd.elastic.run, as hvd_gradpart.elastic.run, which also sees a rank lost in a
+    # grouped collective (Horovod 0.28.1's misses it and ends training silently).
+    @elastic.run
     def train(state):
         rank, size = hvd.rank(), hvd.size()
         x, y = shard(data.x_train, data.y_train, rank, size)
