@@ -133,3 +133,40 @@ def test_unsent_norm_and_fingerprint():
     assert elastic.fingerprint(model.weights) == before
     step(batch(0))
     assert elastic.fingerprint(model.weights) != before
+
+
+def failing_once(message):
+    """A training function that fails once with ``tf.errors.UnknownError(message)``, then returns
+    the number of calls; and the state it runs on, which counts its restores."""
+    calls = []
+
+    def train(state):
+        calls.append(state.batch)
+        if len(calls) == 1:
+            state.batch = 7  # uncommitted progress
+            raise tf.errors.UnknownError(None, None, message)
+        return len(calls)
+
+    state = hvd.elastic.ObjectState(hvd.broadcast_object, hvd.rank, batch=0)
+    return train, state, calls
+
+
+def test_run_sees_a_rank_lost_in_a_grouped_collective(monkeypatch):
+    """Horovod 0.28.1's decorator looks for HorovodAllreduce/Allgather/Broadcast only: on this
+    error it returns None and training ends as if it had finished."""
+    resets = []
+    monkeypatch.setattr(hvd, "shutdown", lambda: resets.append("shutdown"))  # one process: MPI cannot
+    monkeypatch.setattr(hvd, "init", lambda: resets.append("init"))  # start again once finalized
+    message = "Graph execution error: Detected at node DistributedGradientTape_Allreduce/cond/HorovodGroupedAllreduce_x"
+    train, state, calls = failing_once(message)
+    assert hvd.elastic.run(train)(state) is None and calls == [0]  # Horovod's: silently over
+    train, state, calls = failing_once(message)
+    assert elastic.run(train)(state) == 2
+    assert calls == [0, 0]  # the second call started from the restored state
+    assert resets == ["shutdown", "init"]
+
+
+def test_run_lets_any_other_error_through():
+    train, state, _ = failing_once("a bug in the training step")
+    with pytest.raises(tf.errors.UnknownError, match="a bug in the training step"):
+        elastic.run(train)(state)
