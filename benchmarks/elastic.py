@@ -11,8 +11,8 @@ job must go on with two ranks and take edge-c in again when Horovod's cooldown e
 bounded; a wait that runs out raises ``Stalled``. A ``reference`` run of the same seed and
 steps has no fault. ``summarize`` reads every rank's step records: the timeline of world sizes,
 the steps each reset rolled back, whether all ranks held the same weights at every step, the
-residual norm the leaving rank took with it against the applied gradient's norm, and the test
-accuracy.
+residual norm the leaving rank took with it against the applied gradient's norm (and, over every
+step of every rank, what a rank leaving then would have taken), and the test accuracy.
 """
 import argparse
 import json
@@ -57,7 +57,7 @@ def launch(prefix, seed, epochs, step_delay, out):
            "--host-discovery-script", f"{DISCOVER} {HOSTFILE}", "--blacklist-cooldown-range", *map(str, COOLDOWN_S),
            "--elastic-timeout", str(ELASTIC_TIMEOUT_S), "--start-timeout", "120", "--gloo",
            sys.executable, str(LOOP), "--seed", str(seed), "--epochs", str(epochs),
-           "--step-delay", str(step_delay), "--steps-jsonl", str(prefix)]
+           "--step-delay", str(step_delay), "--steps-jsonl", str(prefix), "--stop-file", f"{prefix}.stop"]
     return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True)
 
 
@@ -91,8 +91,10 @@ def set_link(node, up):
     subprocess.run(["ip", "link", "set", f"gpv-{node}", "up" if up else "down"], check=True)
 
 
-def faulted(prefix, seed, epochs, step_delay, link=True):
-    """The faulted run (module doc); returns ``{"events": [(name, unix time)], "exit": code}``."""
+def faulted(prefix, seed, epochs, step_delay, link=True, stop=False):
+    """The faulted run (module doc); returns ``{"events": [(name, unix time)], "exit": code}``.
+    ``stop`` ends the job 10 steps after the node's last return (its stop file), so that it
+    lasts no longer than the faults need; else it runs its ``epochs``, which must outlast them."""
     events = []
     note = lambda name: events.append((name, time.time()))
     of = lambda host, **match: [r for r in records(prefix) if r["host"] == host
@@ -128,6 +130,11 @@ def faulted(prefix, seed, epochs, step_delay, link=True):
                 wait_for(f"{VICTIM} back after the cut", lambda: [r for r in of(VICTIM, size=3)
                                                                    if r["pid"] not in stale], job)
                 note(f"{VICTIM} back")
+            if stop:
+                since = len(of("edge-a"))
+                wait_for("10 steps with the node back", lambda: len(of("edge-a")) >= since + 10, job)
+                Path(f"{prefix}.stop").touch()
+                note("stop file")
             job.wait(timeout=END_TIMEOUT_S)
             note("end")
         except subprocess.TimeoutExpired:
@@ -177,20 +184,25 @@ def summarize(prefix, events=()):
         r = max((r for r in recs if r["pid"] == pid), key=lambda r: r["t"])
         departures.append({"host": r["host"], "steps": r["steps"], "unsent_norm": r["unsent_norm"],
                            "grad_norm": r["grad_norm"], "ratio": r["unsent_norm"] / r["grad_norm"]})
+    ratios = sorted(r["unsent_norm"] / r["grad_norm"] for r in recs if r["grad_norm"] > 0)
+    at = lambda q: round(ratios[min(len(ratios) - 1, int(q * len(ratios)))], 3) if ratios else None
     log = Path(f"{prefix}.launch.log").read_text()
     final = [json.loads(line.split(":", 1)[1]) for line in log.splitlines() if '"final": true' in line]
     return {"timeline": sizes, "events": [(name, round(t - start, 1)) for name, t in events],
             "steps_lost": lost, "steps": recs[-1]["steps"] if recs else 0, "ranks_differ_at": differing[:10],
             "checked_steps": len(by_step), "departures": departures,
+            "unsent_ratio": {"median": at(0.5), "p90": at(0.9), "max": at(1.0),
+                             "zero_share": round(sum(x == 0 for x in ratios) / max(len(ratios), 1), 3)},
             "test_acc": final[0]["test_acc"] if final else None}
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--epochs", type=int, default=6, help="enough to outlast the faults (about 330 steps here)")
     p.add_argument("--step-delay", type=float, default=0.05)
     p.add_argument("--no-link", action="store_true", help="kill a process only; leave the links up")
+    p.add_argument("--kind", choices=("both", "faulted", "reference"), default="both")
     p.add_argument("--work", default="/tmp/hvd_gradpart_elastic", help="folder for the step records and logs")
     p.add_argument("--out", help="JSON summary file")
     args = p.parse_args(argv)
@@ -198,14 +210,16 @@ def main(argv=None):
     runs = []
     for seed in args.seeds:
         stamp = time.strftime("%H%M%S")
-        prefix = Path(args.work) / f"faulted-{seed}-{stamp}"
-        run = faulted(prefix, seed, args.epochs, args.step_delay, link=not args.no_link)
-        summary = {"seed": seed, "kind": "faulted", "exit": run["exit"], **summarize(prefix, run["events"])}
-        print(json.dumps(summary), flush=True)
-        ref = Path(args.work) / f"reference-{seed}-{stamp}"
-        code = reference(ref, seed, args.epochs, args.step_delay)
-        runs += [summary, {"seed": seed, "kind": "reference", "exit": code, **summarize(ref)}]
-        print(json.dumps(runs[-1]), flush=True)
+        if args.kind != "reference":
+            prefix = Path(args.work) / f"faulted-{seed}-{stamp}"
+            run = faulted(prefix, seed, args.epochs, args.step_delay, link=not args.no_link)
+            runs.append({"seed": seed, "kind": "faulted", "exit": run["exit"], **summarize(prefix, run["events"])})
+            print(json.dumps(runs[-1]), flush=True)
+        if args.kind != "faulted":
+            ref = Path(args.work) / f"reference-{seed}-{stamp}"
+            code = reference(ref, seed, args.epochs, args.step_delay)
+            runs.append({"seed": seed, "kind": "reference", "exit": code, **summarize(ref)})
+            print(json.dumps(runs[-1]), flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps({"epochs": args.epochs, "step_delay": args.step_delay, "runs": runs},
                                              indent=1) + "\n")

@@ -10,7 +10,8 @@ failed node in again after its cooldown) while the job runs. The state that
 optimizer, the epoch and batch, and, through ``hvd_gradpart.elastic.track``, every rank's
 residuals; a failure rolls the survivors back to it. ``--steps-jsonl`` writes one JSON line per step from
 every rank (world size, weights' CRC, this rank's unsent residual norm, the applied gradient's
-norm); rank 0 prints the test accuracy at the end.
+norm); rank 0 prints the test accuracy at the end. ``--stop-file`` ends the job from outside, at
+a commit.
 """
 import argparse
 import itertools
@@ -41,6 +42,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--commit-every", type=int, default=5, help="steps between commits (a failure loses fewer)")
     p.add_argument("--step-delay", type=float, default=0.0, help="seconds of sleep per step (to watch a run)")
+    p.add_argument("--stop-file", metavar="PATH", help="end at the next commit once PATH exists (rank 0 looks)")
     p.add_argument("--steps-jsonl", metavar="PREFIX", help="one JSONL file per host, PREFIX.HOST.jsonl, one record per step")
     args = p.parse_args(argv)
     for name in ("epochs", "batch_size", "commit_every"):
@@ -108,6 +110,9 @@ def main(argv=None):
                 time.sleep(args.step_delay)
                 if state.steps % args.commit_every == 0:
                     state.commit()
+                    # Horovod: every rank ends where rank 0 sees the stop file.
+                    if args.stop_file and hvd.broadcast_object(os.path.exists(args.stop_file), name="stop"):
+                        return
             state.batch = 0
             state.commit()
 
