@@ -241,40 +241,58 @@ def pack(payloads, tag):
 def unpack(everyone, widths, tag, mismatch, size=None):
     """Splits the gathered blocks of every rank; returns each payload's rows from all ranks.
 
-    The blocks are walked in a ``tf.while_loop`` over the ranks, so one trace
-    serves any number of them (``size``, default ``world_size()``).
+    With a known number of ranks (``size``, default ``world_size()``, a Python
+    int) the walk over the blocks is unrolled; with a tensor (elastic
+    training) it is a ``tf.while_loop``, so one trace serves any number of
+    ranks (about 1 ms more per gathered group here).
 
     Raises:
         tf.errors.InvalidArgumentError: a rank's tag differs (message ``mismatch``),
             checked before that rank's counts are read.
     """
+    size = world_size() if size is None else size
     m = len(widths)
     head_bytes = INDEX_BYTES * (m + 1)
     row_bytes = tf.constant(widths, tf.int32)
+    if isinstance(size, int):
+        start, sizes = tf.constant(0, tf.int32), []
+        for _ in range(size):
+            lengths = _counts(everyone, start, m, tag, mismatch) * row_bytes
+            sizes.append(tf.concat([[head_bytes], lengths], 0))
+            start = start + head_bytes + tf.reduce_sum(lengths)
+        pieces = tf.split(everyone, tf.concat(sizes, 0), num=size * (m + 1))
+        return [tf.concat([tf.reshape(pieces[r * (m + 1) + 1 + i], [-1, widths[i]]) for r in range(size)], 0)
+                for i in range(m)]
 
     def block(r, start, starts, counts):
-        found = _from_bytes(tf.reshape(tf.slice(everyone, [start], [INDEX_BYTES]), [1, INDEX_BYTES]), tf.int32)
-        with tf.control_dependencies([tf.debugging.assert_equal(found, [-1 - tag], message=mismatch)]):
-            count = _from_bytes(tf.reshape(tf.slice(everyone, [start + INDEX_BYTES], [INDEX_BYTES * m]),
-                                           [m, INDEX_BYTES]), tf.int32)
+        count = _counts(everyone, start, m, tag, mismatch)
         return (r + 1, start + head_bytes + tf.reduce_sum(count * row_bytes),
                 starts.write(r, start), counts.write(r, count))
 
     blocks = (tf.constant(0), tf.constant(0), tf.TensorArray(tf.int32, size=0, dynamic_size=True),
               tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[m]))
-    _, _, starts, counts = tf.while_loop(lambda r, *_: r < (world_size() if size is None else size), block, blocks)
+    _, _, starts, counts = tf.while_loop(lambda r, *_: r < size, block, blocks)
     lengths = tf.reshape(counts.stack(), [-1, m]) * row_bytes  # [ranks, m] bytes of each payload
     offsets = tf.reshape(starts.stack(), [-1, 1]) + head_bytes + tf.cumsum(lengths, axis=1, exclusive=True)
     return [tf.reshape(tf.gather(everyone, tf.ragged.range(offsets[:, i], offsets[:, i] + lengths[:, i]).flat_values),
                        [-1, widths[i]]) for i in range(m)]
 
 
-def world_size(dtype=tf.int32):
-    """The number of ranks as the graph runs: Horovod's ``size_op`` under elastic training
-    (``HOROVOD_ELASTIC=1``), where ranks come and go under one trace; else a constant."""
+def _counts(everyone, start, m, tag, mismatch):
+    """The ``m`` row counts of the block at byte ``start``, read once its tag is checked."""
+    found = _from_bytes(tf.reshape(tf.slice(everyone, [start], [INDEX_BYTES]), [1, INDEX_BYTES]), tf.int32)
+    with tf.control_dependencies([tf.debugging.assert_equal(found, [-1 - tag], message=mismatch)]):
+        return _from_bytes(tf.reshape(tf.slice(everyone, [start + INDEX_BYTES], [INDEX_BYTES * m]),
+                                      [m, INDEX_BYTES]), tf.int32)
+
+
+def world_size():
+    """The number of ranks: an int32 tensor read as the graph runs (Horovod's ``size_op``)
+    under elastic training (``HOROVOD_ELASTIC=1``), where ranks come and go under one
+    trace, as Horovod's own reductions read it; else the Python int ``hvd.size()``."""
     if int(os.environ.get("HOROVOD_ELASTIC", 0)):
-        return tf.cast(hvd.size_op(), dtype)
-    return tf.constant(hvd.size(), dtype)
+        return hvd.size_op()
+    return hvd.size()
 
 
 def marker():
@@ -284,4 +302,4 @@ def marker():
 
 def marker_scale(reduced_marker):
     """The factor that turns the sum of selections into the requested reduction."""
-    return reduced_marker[0] / world_size(reduced_marker.dtype)
+    return reduced_marker[0] / tf.cast(world_size(), reduced_marker.dtype)

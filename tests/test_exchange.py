@@ -152,6 +152,8 @@ def test_one_trace_unpacks_any_number_of_ranks():
         parts = walk(tf.concat(blocks[:size], 0), tf.constant(size))
         expected = [tf.concat([encoded(sel)[i][0].payload for sel in (MIXED0, MIXED1, MIXED0)[:size]], 0)
                     for i in range(len(widths))]
-        for got, want in zip(parts, expected):
+        unrolled = exchange.unpack(tf.concat(blocks[:size], 0), widths, tag, "disagree", size)  # a known size
+        for got, want, same in zip(parts, expected, unrolled):
             np.testing.assert_array_equal(got.numpy(), want.numpy())
+            np.testing.assert_array_equal(same.numpy(), want.numpy())
     assert walk.experimental_get_tracing_count() == 1

@@ -79,7 +79,7 @@ class DGCCompressor(SparseCompressor):
     def transform(self, grad):
         if self.clip_norm is None:
             return grad
-        limit = self.clip_norm / tf.sqrt(exchange.world_size(tf.float64))
+        limit = self.clip_norm / tf.sqrt(tf.cast(exchange.world_size(), tf.float64))
         return tf.clip_by_norm(grad, tf.cast(limit, grad.dtype))
 
     def accumulate(self, residual, grad, state):
