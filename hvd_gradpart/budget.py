@@ -80,6 +80,8 @@ class Budget(tf.Module):
         density_ceiling: the most a sparse step may send (the compressor's guard).
     """
 
+    _TF_MODULE_IGNORED_PROPERTIES = tf.Module._TF_MODULE_IGNORED_PROPERTIES | {"_last_call"}
+
     def __init__(self, density_ceiling):
         super().__init__(name="budget")
         self.ceiling = density_ceiling
@@ -110,6 +112,12 @@ class Budget(tf.Module):
         self.probed = f64(0.0, "probed")              # 1 once a dense step has measured the link
         self.since_dense_s = f64(0.0, "since_dense_s")  # sparse step time since the last dense step
         self._last_call = weakref.WeakKeyDictionary()  # function graph -> "compress" / "decompress"
+
+    def restart(self):
+        """Back to the state at creation, so every figure is measured again (elastic training
+        calls it when the set of ranks, and with it the links, changed)."""
+        for var in self.variables:
+            var.assign(tf.constant(START_PRICE if var is self.price else 0.0, tf.float64))
 
     def read(self):
         """The controller's state as Python floats (for logs)."""

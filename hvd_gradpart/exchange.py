@@ -33,7 +33,17 @@ for ``Average``, so ``sum * marker / N`` is exactly the reduction the caller
 asked for (``Average``, ``Sum``, pre/postscale, ``gradient_predivide_factor``).
 The scale is applied to the gathered values before they are summed, so the
 dense result is written once.
+
+Under elastic training (``HOROVOD_ELASTIC=1``) ranks leave and join under one
+traced step, so ``N``, the number of blocks a receiver walks and the number of
+payloads it decodes are read as the graph runs (``world_size``): the walk and
+the per-rank decode are then ``tf.while_loop``s (``unpack`` hands each
+payload's copies as ``Copies``, ``each_rank`` decodes them) that sum the same
+values in the same rank order, so the result is bit-identical to the walk
+and decode unrolled over the known ranks of a fixed launch (about 1 ms
+cheaper per group, hence kept there).
 """
+import os
 import threading
 import weakref
 import zlib
@@ -100,9 +110,35 @@ def encode(values, indices, n, encoding="native", header_digest=0):
     return Encoded(payload, tf.cast(on_wire, values.dtype), form)
 
 
+class Copies(NamedTuple):
+    """Every rank's copy of one payload when the number of ranks is a tensor (elastic
+    training): rank ``r``'s is ``everyone[starts[r]:starts[r] + lengths[r]]``."""
+
+    everyone: tf.Tensor  # the gathered blocks, flat uint8
+    starts: tf.Tensor  # int32 [ranks]
+    lengths: tf.Tensor  # int32 [ranks]
+
+
+def each_rank(copies, fn, dtypes):
+    """``fn`` of every rank's copy (a payload -> tensors of ``dtypes``), each of its outputs
+    concatenated over the ranks in rank order: unrolled over a list, a ``tf.while_loop``
+    over ``Copies``."""
+    if not isinstance(copies, Copies):
+        return [tf.concat(parts, 0) for parts in zip(*[fn(p) for p in copies])]
+    ranks = tf.size(copies.starts)
+
+    def step(r, outs):
+        copy = tf.slice(copies.everyone, copies.starts[r:r + 1], copies.lengths[r:r + 1])
+        return r + 1, [out.write(r, x) for out, x in zip(outs, fn(copy))]
+
+    outs = [tf.TensorArray(dtype, size=ranks, infer_shape=False) for dtype in dtypes]
+    _, outs = tf.while_loop(lambda r, _: r < ranks, step, (tf.constant(0), outs))
+    return [out.concat() for out in outs]
+
+
 def decode_sum(payloads, n, dtype, encoding="native", scale=None, mismatch="ranks disagree"):
-    """Scatter-adds every rank's payload (a list in rank order), times ``scale``, into a dense
-    ``[n]`` sum.
+    """Scatter-adds every rank's payload (a list in rank order, or ``Copies``), times
+    ``scale``, into a dense ``[n]`` sum.
 
     Half-precision values are summed in float32, then cast back.
 
@@ -111,18 +147,25 @@ def decode_sum(payloads, n, dtype, encoding="native", scale=None, mismatch="rank
             packed different gradients or settings; checked before any payload is decoded.
     """
     wire = wire_dtype(dtype, encoding)
-    tags = tf.stack([formats.header(p)[0] for p in payloads])
+    (tags,) = each_rank(payloads, lambda p: [formats.header(p)[0][None]], [tf.int32])
     agree = tf.debugging.assert_equal(tf.reduce_min(tags), tf.reduce_max(tags), message=mismatch)
     dtype = tf.as_dtype(dtype)
     acc = tf.float32 if dtype.size < 4 else dtype
     with tf.control_dependencies([agree]):
-        decoded = [formats.decode(p, n, wire) for p in payloads]
-    indices = tf.concat([i for i, _ in decoded], 0)
-    values = tf.cast(tf.concat([v for _, v in decoded], 0), acc)
+        indices, values = each_rank(payloads, lambda p: formats.decode(p, n, wire), [tf.int32, wire])
+    values = tf.cast(values, acc)
     if scale is not None:
         values = values * tf.cast(scale, acc)
     total = tf.math.unsorted_segment_sum(values, indices, n)
     return tf.cast(total, dtype)
+
+
+def _no_copies(size):
+    """Every rank's copy of an empty payload (``size`` ranks, an int or a tensor)."""
+    empty = tf.zeros([0], tf.uint8)
+    if isinstance(size, int):
+        return [empty] * size
+    return Copies(empty, tf.zeros([size], tf.int32), tf.zeros([size], tf.int32))
 
 
 class Group:
@@ -144,13 +187,13 @@ class Group:
         return len(self.payloads) - 1
 
     def gathered(self, position):
-        """Every rank's payload ``position``, a list in rank order; gathers the group once,
-        unless every payload in it skips (then each is empty)."""
+        """Every rank's payload ``position``, in rank order (see ``unpack``); gathers the group
+        once, unless every payload in it skips (then each is empty)."""
         if self.parts is None:
             if any(skip is None for skip in self.skips):
                 self.parts = self._gather()
             else:
-                nothing = [[tf.zeros([0], tf.uint8)] * hvd.size() for _ in self.payloads]
+                nothing = [_no_copies(world_size()) for _ in self.payloads]
                 self.parts = tf.cond(tf.reduce_all(tf.stack(self.skips)), lambda: nothing, self._gather)
         return self.parts[position]
 
@@ -224,28 +267,57 @@ def pack(payloads, tag):
     return tf.concat([tf.reshape(tf.bitcast(head, tf.uint8), [-1])] + list(payloads), 0)
 
 
-def unpack(everyone, m, tag, mismatch):
-    """Splits the gathered blocks of every rank (``m`` payloads each); returns each payload's
-    copies from all ranks, lists in rank order.
+def unpack(everyone, m, tag, mismatch, size=None):
+    """Walks the gathered blocks of every rank (``m`` payloads each); returns each payload's
+    copies from all ranks, in rank order.
+
+    With a known number of ranks (``size``, default ``world_size()``: a Python int) the
+    walk is unrolled and each payload's copies are a list; with a tensor (elastic training)
+    it is a ``tf.while_loop`` and they are ``Copies``, so one trace serves any number of
+    ranks (about 1 ms more per gathered group here).
 
     Raises:
         tf.errors.InvalidArgumentError: a rank's tag differs (message ``mismatch``),
             checked before that rank's lengths are read.
     """
-    size = hvd.size()
+    size = world_size() if size is None else size
     head_bytes = COUNT_BYTES * (m + 1)
-    word = lambda start, count: tf.bitcast(tf.reshape(tf.slice(everyone, [start], [COUNT_BYTES * count]),
-                                                      [count, COUNT_BYTES]), tf.int32)
-    start, sizes, checks = tf.constant(0, tf.int32), [], []
-    for _ in range(size):
-        checks.append(tf.debugging.assert_equal(word(start, 1), [-1 - tag], message=mismatch))
-        with tf.control_dependencies(checks[-1:]):
-            lengths = word(start + COUNT_BYTES, m)
-        sizes.append(tf.concat([[head_bytes], lengths], 0))
-        start = start + head_bytes + tf.reduce_sum(lengths)
-    with tf.control_dependencies(checks):
+    if isinstance(size, int):
+        start, sizes = tf.constant(0, tf.int32), []
+        for _ in range(size):
+            lengths = _lengths(everyone, start, m, tag, mismatch)
+            sizes.append(tf.concat([[head_bytes], lengths], 0))
+            start = start + head_bytes + tf.reduce_sum(lengths)
         pieces = tf.split(everyone, tf.concat(sizes, 0), num=size * (m + 1))
-    return [[pieces[r * (m + 1) + 1 + i] for r in range(size)] for i in range(m)]
+        return [[pieces[r * (m + 1) + 1 + i] for r in range(size)] for i in range(m)]
+
+    def block(r, start, starts, lengths):
+        found = _lengths(everyone, start, m, tag, mismatch)
+        return r + 1, start + head_bytes + tf.reduce_sum(found), starts.write(r, start), lengths.write(r, found)
+
+    blocks = (tf.constant(0), tf.constant(0), tf.TensorArray(tf.int32, size=size),
+              tf.TensorArray(tf.int32, size=size, element_shape=[m]))
+    _, _, starts, lengths = tf.while_loop(lambda r, *_: r < size, block, blocks)
+    lengths = tf.reshape(lengths.stack(), [-1, m])  # [ranks, m]: bytes of each payload
+    starts = tf.reshape(starts.stack(), [-1, 1]) + head_bytes + tf.cumsum(lengths, axis=1, exclusive=True)
+    return [Copies(everyone, starts[:, i], lengths[:, i]) for i in range(m)]
+
+
+def _lengths(everyone, start, m, tag, mismatch):
+    """The ``m`` payload lengths of the block at byte ``start``, read once its tag is checked."""
+    word = lambda at, count: tf.bitcast(tf.reshape(tf.slice(everyone, [at], [COUNT_BYTES * count]),
+                                                   [count, COUNT_BYTES]), tf.int32)
+    with tf.control_dependencies([tf.debugging.assert_equal(word(start, 1), [-1 - tag], message=mismatch)]):
+        return word(start + COUNT_BYTES, m)
+
+
+def world_size():
+    """The number of ranks: an int32 tensor read as the graph runs (Horovod's ``size_op``)
+    under elastic training (``HOROVOD_ELASTIC=1``), where ranks come and go under one
+    trace, as Horovod's own reductions read it; else the Python int ``hvd.size()``."""
+    if int(os.environ.get("HOROVOD_ELASTIC", 0)):
+        return hvd.size_op()
+    return hvd.size()
 
 
 def marker():
@@ -255,4 +327,4 @@ def marker():
 
 def marker_scale(reduced_marker):
     """The factor that turns the sum of selections into the requested reduction."""
-    return reduced_marker[0] / hvd.size()
+    return reduced_marker[0] / tf.cast(world_size(), reduced_marker.dtype)

@@ -143,16 +143,31 @@ class Slot(tf.Module):
     """State of one gradient: its residual, any per-method variables and,
     when the compressor paces, its ``Pacer`` (else None)."""
 
+    _TF_MODULE_IGNORED_PROPERTIES = tf.Module._TF_MODULE_IGNORED_PROPERTIES | {"_state_spec"}
+
     def __init__(self, key, shape, dtype, state_spec, paced=False):
         super().__init__(name=None)
         self.key = key
         self.shape = tf.TensorShape(shape)
+        self._state_spec = dict(state_spec)
         n = self.shape.num_elements()
         self.residual = tf.Variable(tf.zeros([n], dtype), trainable=False, name="residual")
         self.state = {name: tf.Variable(init(n, dtype), trainable=False, name=name)
                       for name, init in state_spec.items()}
         self.pacer = Pacer(n, dtype) if paced else None
         self.metrics = TensorMetrics()
+
+    def rank_local(self):
+        """The variables that differ from rank to rank: the residual, then the per-method
+        state (both come from this rank's own gradients)."""
+        return [self.residual, *self.state.values()]
+
+    def reset(self):
+        """Puts the rank-local variables back to their values at creation."""
+        n, dtype = self.residual.shape.num_elements(), self.residual.dtype
+        self.residual.assign(tf.zeros_like(self.residual))
+        for name, init in self._state_spec.items():
+            self.state[name].assign(init(n, dtype))
 
 
 class Memory(tf.Module):

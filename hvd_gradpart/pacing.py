@@ -27,6 +27,11 @@ class Pacer(tf.Module):
         self.rate = tf.Variable(tf.zeros([n], dtype), trainable=False, name="rate")
         self.age = tf.Variable(tf.zeros([n], tf.int32), trainable=False, name="age")
 
+    def restart(self):
+        """Empties the pacing state (what it held is dropped), as at creation."""
+        for var in (self.held, self.rate, self.age):
+            var.assign(tf.zeros_like(var))
+
     def release(self, delivered):
         """This step's share of everything delivered so far; ``delivered`` is
         the step's flat gathered sum (zero where nothing came)."""

@@ -382,6 +382,8 @@ EOF
   ensure_file "$SSH_CONFIG"
   put_block "$SSH_CONFIG" prepend "# Written by scripts/edge_cluster.sh up; removed by edge_cluster.sh down.
 # Relaxed host-key checking for these throwaway local nodes only (their host keys are new on every up).
+# A session to a node that stops answering (its link cut) ends after 15 s: Horovod's elastic driver
+# waits for that to let the other ranks go on.
 Host${names}
     User root
     IdentityFile $KEY
@@ -389,6 +391,8 @@ Host${names}
     StrictHostKeyChecking no
     UserKnownHostsFile /dev/null
     LogLevel ERROR
+    ServerAliveInterval 5
+    ServerAliveCountMax 3
 # End of the cluster's Host block: what follows applies to every host, as before.
 Match all"
   state_add "block $SSH_CONFIG"

@@ -85,8 +85,8 @@ def cluster(*args, check=True, **kw):
     return sh("bash", SCRIPT, *args, check=check, **kw)
 
 
-def cluster_for_module(label):
-    """A module-scoped fixture: the cluster up at 100 Mbit/s for one test module, down after it.
+def cluster_for_module(label, nodes=2):
+    """A module-scoped fixture: ``nodes`` nodes up at 100 Mbit/s for one test module, down after it.
 
     A cluster that is already up belongs to someone else: the module is skipped, loudly.
     """
@@ -94,7 +94,7 @@ def cluster_for_module(label):
     def edge():
         if "up" in cluster("status", check=False).stdout and cluster("counters", check=False).returncode == 0:
             pytest.skip(f"{label} SKIPPED: an edge cluster is already up; not touching it")
-        cluster("up", "--rate", "100mbit", timeout=120)
+        cluster("up", "--nodes", str(nodes), "--rate", "100mbit", timeout=120)
         yield
         cluster("down", timeout=120)
 
@@ -307,7 +307,7 @@ def test_up_builds_two_nodes(edge):
     block = config.split(END)[0]
     assert re.search(r"^Host edge-a edge-b$", block, re.M), block
     for option in ["IdentityFile", "StrictHostKeyChecking no", "UserKnownHostsFile /dev/null",
-                   "LogLevel ERROR"]:
+                   "LogLevel ERROR", "ServerAliveInterval 5", "ServerAliveCountMax 3"]:
         assert option in block
     # Relaxed host-key checking only inside the edge-* Host block.
     assert "StrictHostKeyChecking" not in config.split(END, 1)[1]

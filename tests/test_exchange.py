@@ -169,6 +169,9 @@ class TwoRanks:
     def size(self):
         return 2
 
+    def size_op(self):
+        return tf.constant(2)
+
     def allgather(self, block):
         return tf.concat([block, self.other()], 0)
 
@@ -230,3 +233,102 @@ def test_ranks_whose_groups_differ_stop_before_reading_counts(monkeypatch):
     tickets = queue(MIXED0)
     with pytest.raises(tf.errors.InvalidArgumentError, match="ranks disagree on the 3 gradient"):
         tickets[0].payloads()
+
+
+# Elastic training: the number of ranks is a tensor, read as the graph runs -------------------
+
+MIXED2 = [(np.array([1.0, 2.0, -3.0, 0.5], np.float16), [0, 1, 2, 3]), (np.array([-1.5], np.float64), [0]),
+          (np.array([2.0, 8.0], np.float32), [5, 0])]
+RANKS = (MIXED0, MIXED1, MIXED2)
+# each payload's sum over the first 3 and the first 2 ranks of RANKS, halved
+HALF_SUMS = {3: [[-0.5, 1.0, -1.5, 1.25], [-0.75, 0, 3.5], [4.0, 2.0, -0.5, 0, 0, 1.125]],
+             2: [[-1.0, 0, 0, 1.0], [0, 0, 3.5], [0, 2.0, -0.5, 0, 0, 0.125]]}
+
+
+def halved_sums(everyone, size):
+    """Walks ``size`` ranks' blocks of RANKS and decodes each payload's sum, halved."""
+    tag = exchange.group_tag([h for _, h in encoded(MIXED0)])
+    copies = exchange.unpack(everyone, len(SIZES), tag, "groups disagree", size)
+    return [exchange.decode_sum(c, n, np.asarray(v).dtype, scale=0.5) for c, n, (v, _) in zip(copies, SIZES, MIXED0)]
+
+
+def test_one_trace_walks_and_decodes_any_number_of_ranks():
+    """Elastic training changes the number of ranks under a traced step: the walk over the
+    gathered blocks and the decode take it as the graph runs, so one trace serves 3 ranks, then
+    2, and sums the same bits as the walk and decode unrolled over a known number of ranks."""
+    assert len({int(formats.header(e.payload)[1]) for sel in RANKS for e, _ in encoded(sel)}) > 1
+    blocks = [rank_block(sel)() for sel in RANKS]
+    step = tf.function(halved_sums, input_signature=[tf.TensorSpec([None], tf.uint8), tf.TensorSpec([], tf.int32)])
+    for size in (3, 2):
+        everyone = tf.concat(blocks[:size], 0)
+        traced, unrolled = step(everyone, tf.constant(size)), halved_sums(everyone, size)
+        for got, same, want in zip(traced, unrolled, HALF_SUMS[size]):
+            np.testing.assert_array_equal(got.numpy(), want)
+            assert got.dtype == same.dtype and got.numpy().tobytes() == same.numpy().tobytes()
+    assert step.experimental_get_tracing_count() == 1
+
+
+def test_both_walks_find_every_ranks_payload_bytes():
+    tag = exchange.group_tag([h for _, h in encoded(MIXED0)])
+    everyone = tf.concat([rank_block(sel)() for sel in RANKS], 0)
+    unrolled = exchange.unpack(everyone, len(SIZES), tag, "groups disagree", 3)
+    looped = exchange.unpack(everyone, len(SIZES), tag, "groups disagree", tf.constant(3))
+    for i, (pieces, copies) in enumerate(zip(unrolled, looped)):
+        assert isinstance(copies, exchange.Copies)
+        sent = [encoded(sel)[i][0].payload.numpy().tobytes() for sel in RANKS]
+        assert [p.numpy().tobytes() for p in pieces] == sent
+        assert [copies.everyone[s:s + n].numpy().tobytes() for s, n in zip(copies.starts, copies.lengths)] == sent
+
+
+@pytest.fixture
+def elastic_launch(monkeypatch):
+    """``exchange`` as under ``horovodrun --min-np``: the number of ranks is a tensor."""
+    monkeypatch.setenv("HOROVOD_ELASTIC", "1")
+
+
+def test_under_elastic_training_a_group_decodes_the_same_sums(monkeypatch, elastic_launch):
+    monkeypatch.setattr(exchange, "hvd", TwoRanks(rank_block(MIXED1)))
+    assert isinstance(exchange.world_size(), tf.Tensor)
+    tickets = queue(MIXED0)
+    assert all(isinstance(t.payloads(), exchange.Copies) for t in tickets)
+    totals = [exchange.decode_sum(t.payloads(), n, np.asarray(v).dtype, scale=0.5).numpy()
+              for t, n, (v, _) in zip(tickets, SIZES, MIXED0)]
+    for got, want in zip(totals, HALF_SUMS[2]):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_under_elastic_training_groups_that_differ_stop_before_reading_lengths(monkeypatch, elastic_launch):
+    monkeypatch.setattr(exchange, "hvd", TwoRanks(rank_block(MIXED1[:1])))
+    tickets = queue(MIXED0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="ranks disagree on the 3 gradient"):
+        tickets[0].payloads()
+
+
+def test_under_elastic_training_headers_that_disagree_stop_the_decode(elastic_launch):
+    values, indices = tf.constant([1.0]), tf.constant([0])
+    sent = [exchange.encode(values, indices, 2, header_digest=d).payload for d in (exchange.digest("a"), 7)]
+    copies = exchange.Copies(tf.concat(sent, 0), tf.constant([0, int(sent[0].shape[0])]),
+                             tf.constant([int(p.shape[0]) for p in sent]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="ranks packed different things"):
+        exchange.decode_sum(copies, 2, tf.float32, mismatch="ranks packed different things")
+
+
+def test_under_elastic_training_a_group_that_skips_hands_back_empty_copies(monkeypatch, elastic_launch):
+    """A step whose every payload skips (its gradients went dense) gathers nothing; the traced
+    step still decodes the gathered sums on a step that does not skip."""
+    monkeypatch.setattr(exchange, "hvd", TwoRanks(rank_block(MIXED1)))
+
+    @tf.function
+    def step(skip):
+        tickets = [exchange.enqueue(e.payload, header, f"gradient {i}", skip=skip)
+                   for i, (e, header) in enumerate(encoded(MIXED0))]
+        copies = [t.payloads() for t in tickets]
+        return [tf.cond(skip, lambda n=n: tf.zeros([n], tf.float32), lambda c=c, n=n, v=v: tf.cast(
+                    exchange.decode_sum(c, n, np.asarray(v).dtype, scale=0.5), tf.float32))
+                for c, n, (v, _) in zip(copies, SIZES, MIXED0)], copies[0].lengths
+
+    totals, lengths = step(tf.constant(False))
+    for got, want in zip(totals, HALF_SUMS[2]):
+        np.testing.assert_array_equal(got.numpy(), want)
+    totals, lengths = step(tf.constant(True))
+    assert lengths.numpy().tolist() == [0, 0] and all(not t.numpy().any() for t in totals)

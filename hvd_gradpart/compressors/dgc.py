@@ -27,10 +27,9 @@ passing set bounds the count instead); exact zeros are never sent.
 """
 import math
 
-import horovod.tensorflow as hvd
 import tensorflow as tf
 
-from hvd_gradpart import fused
+from hvd_gradpart import exchange, fused
 from hvd_gradpart.compressors.base import SparseCompressor
 
 WARMUP_DENSITIES = (0.25, 0.0625, 0.015625, 0.004)
@@ -80,7 +79,8 @@ class DGCCompressor(SparseCompressor):
     def transform(self, grad):
         if self.clip_norm is None:
             return grad
-        return tf.clip_by_norm(grad, self.clip_norm / math.sqrt(hvd.size()))
+        limit = self.clip_norm / tf.sqrt(tf.cast(exchange.world_size(), tf.float64))
+        return tf.clip_by_norm(grad, tf.cast(limit, grad.dtype))
 
     def accumulate(self, residual, grad, state):
         u = tf.cast(self.momentum, grad.dtype) * state["u"] + grad

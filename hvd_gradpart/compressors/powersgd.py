@@ -135,7 +135,8 @@ def power_step(m_t, q):
     p = tf.linalg.qr(p).q
     q_sum = hvd.allreduce(tf.matmul(m_t, p), op=hvd.Sum)
     total = tf.matmul(q_sum, p, transpose_b=True)
-    return total, total / hvd.size(), q_sum / hvd.size()
+    ranks = tf.cast(exchange.world_size(), total.dtype)
+    return total, total / ranks, q_sum / ranks
 
 
 def _record(slot, tensor, sent_elements, sent_bytes, **diagnostics):
