@@ -78,17 +78,23 @@ def wait_for(what, check, job, timeout=EVENT_TIMEOUT_S):
     return found
 
 
-def worker_pids(node, prefix):
-    """The training processes of this run (``prefix`` on their command line) in ``node``'s namespace."""
+def namespace_pids(node, script, marker):
+    """The processes in ``node``'s namespace running ``script`` with ``marker`` among their
+    arguments (one run's training processes)."""
     pids = []
     for pid in subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True).stdout.split():
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
         except OSError:
             continue
-        if str(LOOP) in argv and str(prefix) in argv:
+        if str(script) in argv and str(marker) in argv:
             pids.append(int(pid))
     return pids
+
+
+def worker_pids(node, prefix):
+    """The training processes of this run (``prefix`` on their command line) in ``node``'s namespace."""
+    return namespace_pids(node, LOOP, prefix)
 
 
 def set_link(node, up):

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.elastic import namespace_pids
 from conftest import launch_env
 from test_edge_cluster import _WHY, cluster, cluster_for_module  # noqa: F401  (skips this module with the same loud reason)
 
@@ -61,16 +62,8 @@ def wait_for(path, count, launch, timeout, log):
 
 
 def train_pids(node, marker):
-    """The python processes running train.py with ``marker`` in namespace ``node``."""
-    pids = []
-    for pid in subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True).stdout.split():
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-        except OSError:
-            continue
-        if len(argv) > 2 and argv[0].endswith("python") and argv[1] == str(TRAIN) and marker in argv:
-            pids.append(int(pid))
-    return pids
+    """The processes running train.py with ``marker`` in namespace ``node``."""
+    return namespace_pids(node, TRAIN, marker)
 
 
 @pytest.fixture(scope="module")
