@@ -214,3 +214,36 @@ def test_a_selection_that_costs_time_per_value_does_not_buy_itself_more_bytes():
     b, times = closed_loop(1_000_000, 80, lambda step: 1.25e7, per_value_s=2e-6)
     assert b.price.numpy() > -bd.PRICE_LIMIT / 2
     assert statistics.median(times[60:]) < 0.045
+
+
+def pipelined(b, steps, sparse, dense):
+    """Runs ``steps`` steps as the compressor does: each step's update folds in the figures of
+    the step before it (``sparse`` or ``dense``, by that step's mode) and decides the mode of
+    the step after it. Returns the modes of the steps run."""
+    modes, before, running = [], None, 0.0
+    for _ in range(steps):
+        b.step_dense.assign(running)
+        if before is not None:
+            feed(b, *(dense if before else sparse), dense=bool(before))
+        modes.append(running)
+        before, running = running, float(b.dense.numpy())
+    return modes
+
+
+def test_the_first_probe_is_one_dense_step_though_its_figures_come_a_step_late():
+    # payloads that are mostly fixed cost call the probe at once; the dense step then measures
+    # 4 MB in 100 ms, too slow to stay dense, and the next step's update has not seen it yet
+    b = controller()
+    modes = pipelined(b, 12, sparse_step_figures(bandwidth=1e9), (0.02 + 0.1, 0.1, 1.0))
+    assert modes.count(1.0) == 1 and modes.index(1.0) <= 3, modes
+    assert b.bandwidth.numpy() <= 4e6 / 0.1 * 1.0001
+
+
+def test_small_payloads_do_not_raise_the_bandwidth_over_a_dense_step_s_measure():
+    b = controller()
+    feed(b, 0.02 + 0.33, 0.33, 1.0, dense=True)  # a probe: 4 MB in 0.33 s, 12 MB/s
+    shares = [0.0005, 0.001, 0.002, 0.0015, 0.003]
+    for i in range(30):  # payloads whose link times fit a line three times steeper than the link
+        share = shares[i % 5]
+        feed(b, *sparse_step_figures(bandwidth=3.6e7, share=share / bd.VALUE_BYTES), dense=False)
+    assert b.bandwidth.numpy() == pytest.approx(4e6 / 0.33, rel=1e-3)
