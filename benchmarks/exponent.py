@@ -52,12 +52,14 @@ def fit(pts):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+")
+    p.add_argument("--shares", type=float, nargs="+", default=SHARES,
+                   help="shares of no compression's final accuracy (low shares: the early phase)")
     args = p.parse_args(argv)
     print("| file | share of none's final accuracy | densities | g |\n|---|---|---|---|")
     for path in args.files:
         with open(path) as f:
             records = [json.loads(line) for line in f if line.strip()]
-        for share in SHARES:
+        for share in args.shares:
             pts = points(records, share)
             g = f"{fit(pts):.3f}" if len(pts) >= 3 else "too few points"
             print(f"| {path.rsplit('/', 1)[-1]} | {share:.0%} | {len(pts)} | {g} |")

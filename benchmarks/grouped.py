@@ -59,15 +59,17 @@ def cases(name, shape, methods, group_counts):
 
 
 def recorded(step, batch, steps, path):
-    """Collectives per step of ``steps`` steps under the timeline (rank 0 writes the file)."""
-    hvd.start_timeline(path)
+    """Collectives per step of ``steps`` steps under the timeline, and the cycles per step that
+    ran one (rank 0 writes the file; elsewhere ``({}, None)``)."""
+    hvd.start_timeline(path, mark_cycles=True)
     training.time_steps(step, batch, steps, warmup=0, windows=1)
     hvd.stop_timeline()
     if hvd.rank() != 0:
-        return {}
+        return {}, None
     events = settled(path)
     os.remove(path)
-    return timeline.per_step(timeline.collectives(events), steps)
+    found = timeline.collectives(events)
+    return timeline.per_step(found, steps), timeline.rounds(events, found, steps)
 
 
 def settled(path, wait_s=20.0):
@@ -88,15 +90,15 @@ def settled(path, wait_s=20.0):
 
 def markdown(rows):
     """The table of ``rows``: step time against compute-only, and the collectives of a step."""
-    lines = ["| model | method | groups | ms/step (median, min) | over compute-only | collectives per step |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| model | method | groups | ms/step (median, min) | over compute-only | collectives per step "
+             "| cycles with a collective per step |", "|---|---|---|---|---|---|---|"]
     bound = {r["model"]: r["median_ms"] for r in rows if r["method"] == "compute-only"}
     for r in rows:
         ops = ", ".join(f"{c['per_step']:g} {op} ({c['tensors_each']:g} tensors, {c['median_ms']:.2f} ms)"
                         for op, c in r["collectives"].items()) or "-"
         over = r["median_ms"] / bound[r["model"]]
         lines.append(f"| {r['model']} | {r['method']} | {r['num_groups'] or 'per tensor'} | "
-                     f"{r['median_ms']:.1f}, {r['min_ms']:.1f} | {over:.2f}x | {ops} |")
+                     f"{r['median_ms']:.1f}, {r['min_ms']:.1f} | {over:.2f}x | {ops} | {r.get('rounds') or '-'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -113,11 +115,11 @@ def main():
         batch = (tf.constant(rng.random((64, *shape), dtype=np.float32)),
                  tf.constant(rng.integers(0, 10, 64).astype(np.int32)))
         steps = cases(name, shape, args.methods, args.groups)
-        found = {}
+        found, rounds = {}, {}
         for case, step in steps.items():
             training.time_steps(step, batch, 5, warmup=5, windows=1)
             if case[0] != "compute-only":  # no collective, so Horovod writes no timeline
-                found[case] = recorded(step, batch, args.timeline_steps, f"{args.out}.timeline.json")
+                found[case], rounds[case] = recorded(step, batch, args.timeline_steps, f"{args.out}.timeline.json")
                 hvd.join()  # rank 1 waits while rank 0 reads the timeline
         times = {case: [] for case in steps}
         for _ in range(args.windows):
@@ -127,7 +129,7 @@ def main():
             rows.append({"model": name, "method": method, "num_groups": groups,
                          "median_ms": round(1e3 * statistics.median(windows), 2),
                          "min_ms": round(1e3 * min(windows), 2),
-                         "collectives": found.get((method, groups), {})})
+                         "collectives": found.get((method, groups), {}), "rounds": rounds.get((method, groups))})
     if hvd.rank() == 0:
         with open(args.out, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)

@@ -6,8 +6,11 @@ Chrome trace: one trace "process" per tensor, named after it, holding nested ``B
 ``MPI_ALLGATHER`` inside it, ...). Tensors Horovod fused into one collective each get their own
 backend event, a few microseconds apart; Horovod's background thread runs one collective at a
 time, so backend events of one op whose spans overlap are one collective, with as many tensors
-as took part.
+as took part. With ``mark_cycles`` Horovod also marks each cycle's start (``CYCLE_START``): the
+collectives one cycle agreed on run back to back, so the cycles that hold a collective are the
+step's collective rounds, each of which waited for Horovod's cycle.
 """
+import bisect
 import json
 import statistics
 from collections import defaultdict
@@ -40,6 +43,15 @@ def collectives(events):
         else:
             found.append([op, begin, end, 1])
     return sorted(((op, begin, end - begin, n) for op, begin, end, n in found), key=lambda c: c[1])
+
+
+def rounds(events, found, steps):
+    """Cycles per step that ran at least one of the collectives ``found``, or None when the
+    timeline marks no cycle."""
+    starts = sorted(e["ts"] for e in events if e.get("name") == "CYCLE_START")
+    if not starts:
+        return None
+    return round(len({bisect.bisect_right(starts, begin) for _, begin, _, _ in found}) / steps, 2)
 
 
 def per_step(found, steps):

@@ -186,10 +186,11 @@ def test_grouped_table_shows_each_group_count_against_compute_only():
     rows = [{"model": "resnet20", "method": m, "num_groups": g, "median_ms": ms, "min_ms": ms, "collectives": c}
             for m, g, ms, c in [("compute-only", 0, 100.0, {}), ("gradpart", 0, 150.0, {}),
                                 ("gradpart", 1, 120.0, {}), ("gradpart", 4, 130.0, ops)]]
+    rows[-1]["rounds"] = 2.0
     lines = grouped.markdown(rows).splitlines()
     assert lines[3].startswith("| resnet20 | gradpart | per tensor | 150.0, 150.0 | 1.50x | - |")
     assert lines[4].startswith("| resnet20 | gradpart | 1 | 120.0, 120.0 | 1.20x |")
-    assert lines[5] == "| resnet20 | gradpart | 4 | 130.0, 130.0 | 1.30x | 4 GLOO_ALLGATHER (1 tensors, 0.15 ms) |"
+    assert lines[5] == "| resnet20 | gradpart | 4 | 130.0, 130.0 | 1.30x | 4 GLOO_ALLGATHER (1 tensors, 0.15 ms) | 2.0 |"
 
 
 def test_the_budget_exponent_is_recovered_from_steps_that_fall_as_a_power_of_density():
@@ -202,3 +203,12 @@ def test_the_budget_exponent_is_recovered_from_steps_that_fall_as_a_power_of_den
     pts = exponent.points(records, 0.95)
     assert [d for d, _ in pts] == [0.001, 0.003, 0.01, 0.03]
     assert exponent.fit(pts) == pytest.approx(0.2, abs=0.01)
+
+
+def test_the_adam_table_gives_each_method_s_difference_from_no_compression():
+    from benchmarks import adam_fit
+    rows = [{"link": "20mbit", "compression": c, "seed": s, "test_accuracy": a}
+            for c, s, a in [("none", 0, 0.96), ("none", 1, 0.95), ("gradpart", 0, 0.955), ("gradpart", 1, 0.935)]]
+    lines = adam_fit.table(rows).splitlines()
+    assert lines[2] == "| 20mbit | gradpart | 0.955 | 0.935 | -1.0 ± 0.5 |"
+    assert lines[3] == "| 20mbit | none | 0.960 | 0.950 |  |"

@@ -34,6 +34,14 @@ def test_per_step_counts_and_medians():
                    "GLOO_ALLREDUCE": {"per_step": 1.0, "tensors_each": 2.0, "median_ms": 0.7}}
 
 
+def test_rounds_count_the_cycles_that_ran_a_collective():
+    found = timeline.collectives(STEP)
+    one_cycle = [{"ph": "i", "name": "CYCLE_START", "ts": 90}]
+    assert timeline.rounds(STEP + one_cycle, found, steps=1) == 1.0
+    assert timeline.rounds(STEP + one_cycle + [{"ph": "i", "name": "CYCLE_START", "ts": 950}], found, steps=1) == 2.0
+    assert timeline.rounds(STEP, found, steps=1) is None
+
+
 def test_a_file_horovod_left_open_loads(tmp_path):
     path = tmp_path / "timeline.json"
     path.write_text("[\n" + ",\n".join(json.dumps(e) for e in STEP) + ",")
