@@ -44,13 +44,17 @@ is small. The first sparse step's payload over
 its link time gives a lower bound; a higher bound (a faster link) replaces the
 estimate, and each step moves it ``FOLLOW`` of the way (in log) toward the
 fitted line's (a dense step's measure, a link that changed; one noisy fit moves
-it part way), but not above the last dense step's measure: small payloads can
-show a slower link, only a dense step a faster one. A one-step dense probe
-refreshes it whenever the sparse steps since the last dense one add up to
-``1 / PROBE_SHARE`` dense steps, and comes at once while no dense step has
-measured the link, the sparse link time is under the step's other time and,
-at the most a payload moved per second, the probe would cost at most 20 of
-those (a fast link, whose payloads are mostly fixed cost). Outside a traced function (eager
+it part way). That estimate prices the sparse steps; a dense step is priced at
+what dense steps measured (small payloads' times are mostly fixed cost
+and noise: their fitted line read a 12 MB/s link 3x too fast, and an unshaped
+one at 3-5 MB/s where dense steps measured over 100 MB/s). A one-step dense
+probe refreshes that measure (each dense step moves it half way, in log)
+whenever the sparse steps since the last dense one add up to
+``1 / PROBE_SHARE`` dense steps (priced so), and
+comes at once while no dense step has measured the link, the sparse link time
+is under the step's other time and, at the most a payload moved per second,
+the probe would cost at most 20 of those (a fast link, whose payloads are
+mostly fixed cost). Outside a traced function (eager
 ``hvd.allreduce``) nothing is measured: the exchange stays sparse and the
 price stays out of the thresholds.
 """
@@ -71,6 +75,7 @@ FIT_STEPS = 5.0     # faded steps the fit needs ...
 FIT_SPREAD = 0.25   # ... and the spread of their bytes (std over mean), to tell payload from fixed cost
 LEAST_DRIFT = 1.005  # the least link time seen may rise this much a step (the fixed cost may change)
 FOLLOW = 0.3        # share of the log-distance to the fitted bandwidth that one step covers
+DENSE_FOLLOW = 0.5  # ... and to a dense step's measure, for the bandwidth that prices a dense step
 VALUE_BYTES = 3.5   # bytes a sparse value costs on the wire at 0.3-3 % (fp16 and its gap code, docs/methods.md)
 FIGURES = 5         # what the first marker carries: step s, link s, link s squared, bytes sent per element, valid
 
@@ -106,7 +111,7 @@ class Budget(tf.Module):
         # fading sums over sparse steps of 1, bytes, non-link s, bytes**2, bytes * non-link s
         self.work = [f64(0.0, f"work_{name}") for name in ("w", "b", "t", "bb", "bt")]
         self.bandwidth = f64(0.0, "bandwidth")        # bytes/s of the link (shared)
-        self.dense_bw = f64(0.0, "dense_bw")          # ... as the last dense step measured it
+        self.dense_bw = f64(0.0, "dense_bw")          # ... as dense steps measured it
         self.lower_bw = f64(0.0, "lower_bw")          # the most a sparse payload moved per link second
         self.flow = f64(0.0, "flow")                  # bytes sparse steps sent (smoothed, shared)
         self.fixed_s = f64(0.0, "fixed_s")            # a collective's fixed cost (the line's, last told)
@@ -220,9 +225,13 @@ class Budget(tf.Module):
         byte_s = tf.math.divide_no_nan(1.0, bandwidth) + per_byte_s  # a sent byte's time, link and work
         flow, price = self.priced(sparse_step, sent_bytes, EXPONENT / (1 - EXPONENT) * tf.math.divide_no_nan(base, byte_s))
         since = tf.where(sparse_step, self.since_dense_s + step_s, tf.where(dense_step, zero, self.since_dense_s))
-        dense_link = tf.math.divide_no_nan(dense_bytes, bandwidth)
+        # A dense step (a probe too) is priced at what dense steps measured, the payloads'
+        # estimate until there is one: small payloads' times are mostly fixed cost and noise,
+        # and their fitted line read links 3x too fast and 30x too slow.
+        measured_bw = link["dense_bw"]
+        dense_s = dense_other + tf.math.divide_no_nan(dense_bytes, tf.where(measured_bw > 0.0, measured_bw, bandwidth))
         known = (sparse_other > 0.0) & (bandwidth > 0.0)
-        dense = self.choose(sparse_other, dense_other + dense_link, bandwidth, dense_bytes)
+        dense = self.choose(sparse_other, dense_s, bandwidth, dense_bytes)
         probed = tf.where(dense_step, tf.ones([], tf.float64), self.probed)
         # A sparse link time under the step's other time says little of the bandwidth (it is
         # mostly fixed cost): the first probe then comes at once, if even at the most a payload
@@ -230,7 +239,7 @@ class Budget(tf.Module):
         # step now running is not dense already (its figures come a step late).
         blind = (sparse_step & (probed < 0.5) & (self.step_dense < 0.5) & (link_s < sparse_other)
                  & (tf.math.divide_no_nan(dense_bytes, link["lower_bw"]) * PROBE_SHARE <= sparse_other))
-        probe = known & ~dense & ((since * PROBE_SHARE >= dense_other + dense_link) | blind)
+        probe = known & ~dense & ((since * PROBE_SHARE >= dense_s) | blind)
         dense = tf.where(known, dense | probe, self.dense > 0.5)
         return tf.group(
             *(v.assign(x) for v, x in zip(self.moments, link.pop("moments"))),
@@ -245,19 +254,18 @@ class Budget(tf.Module):
         bandwidth}``. A dense step measures the bandwidth (``dense_bw``); the first sparse step
         gives a lower bound, its payload over its link time; later ones move the estimate
         ``FOLLOW`` of the way (in log) toward what they tell (``told``), never below their own
-        lower bound and, once a dense step measured the link, never above that measure unless a
-        payload moved more: small payloads can tell a slower link, only a probe a faster one
-        (their fitted slope read up to 3x a 12 MB/s link, which priced probes 3x too cheap)."""
+        lower bound. What dense steps measured (``dense_bw``, each moving it ``DENSE_FOLLOW``
+        of the way in log: on an unshaped link one dense step read 40-410 MB/s) is kept apart:
+        it prices a dense step, in the choice of mode and in the probes' schedule."""
         moments = self.fitted(self.moments, sparse_step, sent_bytes, link_s)
         fixed_s, least_s, told = self.told(moments, sent_bytes, link_s)
         old, lower = self.bandwidth, sent_bytes / link_s
         toward = old * tf.math.divide_no_nan(told, old) ** FOLLOW
-        estimate = tf.where(told > 0.0, toward, old)
-        estimate = tf.where(self.dense_bw > 0.0, tf.minimum(estimate, self.dense_bw), estimate)
-        sparse_bw = tf.where(old == 0.0, lower, tf.maximum(estimate, lower))
+        sparse_bw = tf.where(old == 0.0, lower, tf.maximum(tf.where(told > 0.0, toward, old), lower))
         return {"moments": moments, "fixed_s": tf.where(sparse_step, fixed_s, self.fixed_s),
                 "least_s": tf.where(sparse_step, least_s, self.least_s),
-                "dense_bw": tf.where(dense_step, dense_bw, self.dense_bw),
+                "dense_bw": tf.where(dense_step, tf.where(self.dense_bw > 0.0, self.dense_bw * (
+                    dense_bw / self.dense_bw) ** DENSE_FOLLOW, dense_bw), self.dense_bw),
                 "lower_bw": tf.where(sparse_step, tf.maximum(self.lower_bw, lower), self.lower_bw),
                 "bandwidth": tf.where(dense_step, dense_bw, tf.where(sparse_step, sparse_bw, old))}
 

@@ -239,11 +239,23 @@ def test_the_first_probe_is_one_dense_step_though_its_figures_come_a_step_late()
     assert b.bandwidth.numpy() <= 4e6 / 0.1 * 1.0001
 
 
-def test_small_payloads_do_not_raise_the_bandwidth_over_a_dense_step_s_measure():
+def test_the_next_probe_is_priced_at_the_last_dense_step_s_measure():
     b = controller()
     feed(b, 0.02 + 0.33, 0.33, 1.0, dense=True)  # a probe: 4 MB in 0.33 s, 12 MB/s
+    b.bandwidth.assign(3.6e7)  # as the payloads' fitted line read it (3x the link)
+    for i in range(150):
+        feed(b, *sparse_step_figures(bandwidth=3.6e7, share=0.002), dense=False)  # 7 KB
+        assert b.dense.numpy() == 0.0, i  # 150 steps of 22 ms are under 20 probes of 0.35 s
+
+
+def test_a_dense_step_is_priced_at_what_a_dense_step_measured():
+    # an unshaped link: dense steps measure 1 GB/s; the sparse steps between them, a few KB
+    # each, have link times that grow with their bytes as if the link carried 4 MB/s
+    b = controller()
+    feed(b, 0.02 + 4e6 / 1e9, 4e6 / 1e9, 1.0, dense=True)
+    assert b.dense.numpy() == 1.0
     shares = [0.0005, 0.001, 0.002, 0.0015, 0.003]
-    for i in range(30):  # payloads whose link times fit a line three times steeper than the link
+    for i in range(30):
         share = shares[i % 5]
-        feed(b, *sparse_step_figures(bandwidth=3.6e7, share=share / bd.VALUE_BYTES), dense=False)
-    assert b.bandwidth.numpy() == pytest.approx(4e6 / 0.33, rel=1e-3)
+        feed(b, *sparse_step_figures(bandwidth=4e6, share=share / bd.VALUE_BYTES), dense=False)
+    assert b.dense.numpy() == 1.0
