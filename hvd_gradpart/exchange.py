@@ -52,7 +52,7 @@ from typing import NamedTuple
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
-from hvd_gradpart import formats
+from hvd_gradpart import branch, formats
 
 COUNT_BYTES = 4  # int32 tag of a group, int32 byte length of each payload
 MARKER_DTYPE = tf.float32
@@ -194,7 +194,7 @@ class Group:
                 self.parts = self._gather()
             else:
                 nothing = [_no_copies(world_size()) for _ in self.payloads]
-                self.parts = tf.cond(tf.reduce_all(tf.stack(self.skips)), lambda: nothing, self._gather)
+                self.parts = branch.cond(tf.reduce_all(tf.stack(self.skips)), lambda: nothing, self._gather)
         return self.parts[position]
 
     def _gather(self):

@@ -22,7 +22,7 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 from horovod.tensorflow.compression import Compressor
 
-from hvd_gradpart import exchange, fused, pacing
+from hvd_gradpart import branch, exchange, fused, pacing
 from hvd_gradpart.budget import FIGURES
 from hvd_gradpart.memory import Memory, SharedWhileTracing, creating_slot_variables, function_graph
 
@@ -249,7 +249,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         dense, figures = budget.begin(graph) if first else (budget.mode(), None)
         tail = exchange.marker() if figures is None else tf.concat([exchange.marker(), figures], 0)
         empty = tf.zeros([0], tf.uint8)
-        out, payload = budget.left(graph, tf.cond(
+        out, payload = budget.left(graph, branch.cond(
             dense, lambda: (tf.concat([self._dense(slot, grad, budget), tail], 0), empty),
             lambda: (tail, self._sparse(slot, grad, what, header, opens_group, budget))))
         ticket = exchange.enqueue(payload, header, what, skip=dense)
@@ -321,7 +321,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
             tensor, payloads = budget.arrived(graph, (tensor, ticket.payloads()))
             tail = 1 + FIGURES if first else 1
             marker = tensor[-tail:][:1]
-            total = tf.cond(dense, lambda: tensor[:n], lambda: exchange.decode_sum(
+            total = branch.cond(dense, lambda: tensor[:n], lambda: exchange.decode_sum(
                 payloads, n, original.dtype, encoding, exchange.marker_scale(marker), mismatch))
             if first:
                 update = budget.update(tensor[-FIGURES:], marker[0])
