@@ -52,8 +52,7 @@ probe refreshes that measure (each dense step moves it half way, in log)
 whenever the sparse steps since the last dense one add up to
 ``1 / PROBE_SHARE`` dense steps (priced so), and
 comes at once while no dense step has measured the link, the sparse link time
-is under the step's other time and, at the most a payload moved per second,
-the probe would cost at most 20 of those (a fast link, whose payloads are
+is under the step's other time and the probe would cost at most 20 of those (a fast link, whose payloads are
 mostly fixed cost). Outside a traced function (eager
 ``hvd.allreduce``) nothing is measured: the exchange stays sparse and the
 price stays out of the thresholds.
@@ -112,7 +111,6 @@ class Budget(tf.Module):
         self.work = [f64(0.0, f"work_{name}") for name in ("w", "b", "t", "bb", "bt")]
         self.bandwidth = f64(0.0, "bandwidth")        # bytes/s of the link (shared)
         self.dense_bw = f64(0.0, "dense_bw")          # ... as dense steps measured it
-        self.lower_bw = f64(0.0, "lower_bw")          # the most a sparse payload moved per link second
         self.flow = f64(0.0, "flow")                  # bytes sparse steps sent (smoothed, shared)
         self.fixed_s = f64(0.0, "fixed_s")            # a collective's fixed cost (the line's, last told)
         self.least_s = f64(0.0, "least_s")            # the least sparse link time (drifting up): fixed cost's bound
@@ -234,11 +232,11 @@ class Budget(tf.Module):
         dense = self.choose(sparse_other, dense_s, bandwidth, dense_bytes)
         probed = tf.where(dense_step, tf.ones([], tf.float64), self.probed)
         # A sparse link time under the step's other time says little of the bandwidth (it is
-        # mostly fixed cost): the first probe then comes at once, if even at the most a payload
-        # moved (a lower bound) it costs no more than the probes' share of 20 steps, and the
-        # step now running is not dense already (its figures come a step late).
+        # mostly fixed cost): the first probe then comes at once, if at the bandwidth so far it
+        # costs no more than the probes' share of 20 steps, and the step now running is not
+        # dense already (its figures come a step late).
         blind = (sparse_step & (probed < 0.5) & (self.step_dense < 0.5) & (link_s < sparse_other)
-                 & (tf.math.divide_no_nan(dense_bytes, link["lower_bw"]) * PROBE_SHARE <= sparse_other))
+                 & (dense_s * PROBE_SHARE <= sparse_other))
         probe = known & ~dense & ((since * PROBE_SHARE >= dense_s) | blind)
         dense = tf.where(known, dense | probe, self.dense > 0.5)
         return tf.group(
@@ -250,8 +248,7 @@ class Budget(tf.Module):
             self.probed.assign(probed), self.dense.assign(tf.cast(dense, tf.float64)))
 
     def measured(self, dense_step, sparse_step, dense_bw, sent_bytes, link_s):
-        """What the link is after a step: ``{moments, fixed_s, least_s, dense_bw, lower_bw,
-        bandwidth}``. A dense step measures the bandwidth (``dense_bw``); the first sparse step
+        """What the link is after a step: ``{moments, fixed_s, least_s, dense_bw, bandwidth}``. A dense step measures the bandwidth (``dense_bw``); the first sparse step
         gives a lower bound, its payload over its link time; later ones move the estimate
         ``FOLLOW`` of the way (in log) toward what they tell (``told``), never below their own
         lower bound. What dense steps measured (``dense_bw``, each moving it ``DENSE_FOLLOW``
@@ -266,7 +263,6 @@ class Budget(tf.Module):
                 "least_s": tf.where(sparse_step, least_s, self.least_s),
                 "dense_bw": tf.where(dense_step, tf.where(self.dense_bw > 0.0, self.dense_bw * (
                     dense_bw / self.dense_bw) ** DENSE_FOLLOW, dense_bw), self.dense_bw),
-                "lower_bw": tf.where(sparse_step, tf.maximum(self.lower_bw, lower), self.lower_bw),
                 "bandwidth": tf.where(dense_step, dense_bw, tf.where(sparse_step, sparse_bw, old))}
 
     def priced(self, sparse_step, sent_bytes, target_bytes):

@@ -65,7 +65,9 @@ def check_shared_across_traces():
         check(len(gp.memory.slots) == 1, f"groups={groups}: expected the one large kernel's slot, got "
                                          f"{sorted(gp.memory.slots)}")
         residual = next(iter(gp.memory.slots.values())).residual.numpy()
-        check(np.any(residual), f"groups={groups}: residual never written")
+        # a dense last step flushed the residual into the gradient (the link budget's choice)
+        flushed = any(b.step_dense.numpy() > 0.5 for b in gp.budgets.values())
+        check(np.any(residual) or flushed, f"groups={groups}: residual never written")
         assert_same_on_all_ranks([v.numpy() for v in model.variables], f"groups={groups}: weights")
     other = []
     train(other)
