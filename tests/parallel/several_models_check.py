@@ -9,7 +9,8 @@ second model gets new slots, uses them, and leaves the first one's slots as
 they were. Two models of the same shapes one after the other: the second
 ends bit-identical (weights and every slot variable) to the same model
 trained with a fresh compressor, which it would not if it had inherited the
-first one's unsent gradient. With Top-k: a GAN's two halves (two Horovod
+first one's unsent gradient (GradPart, whose link budget follows measured times, ends with the
+same per-slot step counts instead). With Top-k: a GAN's two halves (two Horovod
 optimizers in one ``train_step``); a recompiled Keras model keeps its slots;
 what nothing can tell apart fails at once, before any step (a second Keras
 model of the same shapes through the class, an eager loop running a second
@@ -182,12 +183,20 @@ def same_shapes_do_not_leak(name, method):
     theirs = [v for k, v in state(method.instance()).items() if k not in earlier]
     fresh = method()
     alone = tape_loop(mlp(112, seed=4), fresh, seed=2)
-    expect(same(weights(second), weights(alone)),
-           "the second model's weights differ from the same model trained alone: the first one's state leaked")
-    expect(len(theirs) == 2 and same(sum(theirs, []), sum(state(fresh).values(), [])),
-           f"the second model's {len(theirs)} slots differ from the same model's trained alone")
+    if getattr(fresh, "budgets", None):
+        # GradPart follows the link: what it sends depends on the times each step measures, so
+        # two runs are not bit-identical; shared slots would still carry the first model's counts
+        counts = lambda c, keys: sorted(c.memory.slots[k].metrics.values["steps"].numpy() for k in keys)
+        mine = [k for k in method.instance().memory.slots if k not in earlier]
+        expect(len(theirs) == 2 and counts(method.instance(), mine) == counts(fresh, fresh.memory.slots),
+               "the second model's slots counted other steps than the same model's trained alone")
+    else:
+        expect(same(weights(second), weights(alone)),
+               "the second model's weights differ from the same model trained alone: the first one's state leaked")
+        expect(len(theirs) == 2 and same(sum(theirs, []), sum(state(fresh).values(), [])),
+               f"the second model's {len(theirs)} slots differ from the same model's trained alone")
     expect(not same(weights(first), weights(second)), "the two models ended equal, so the check proves nothing")
-    ok(f"{name}: two models of the same shapes: the second is bit-identical to it trained alone (no leak)")
+    ok(f"{name}: two models of the same shapes: the second is as it is trained alone (no leak)")
 
 
 def recompiled_model_keeps_its_slots():
