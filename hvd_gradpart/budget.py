@@ -45,15 +45,15 @@ its link time gives a lower bound; a higher bound (a faster link) replaces the
 estimate, and each step moves it ``FOLLOW`` of the way (in log) toward the
 fitted line's (a dense step's measure, a link that changed; one noisy fit moves
 it part way). That estimate prices the sparse steps; a dense step is priced at
-what dense steps measured (small payloads' times are mostly fixed cost
-and noise: their fitted line read a 12 MB/s link 3x too fast, and an unshaped
-one at 3-5 MB/s where dense steps measured over 100 MB/s). A one-step dense
-probe refreshes that measure (each dense step moves it half way, in log)
-whenever the sparse steps since the last dense one add up to
-``1 / PROBE_SHARE`` dense steps (priced so), and
-comes at once while no dense step has measured the link, the sparse link time
-is under the step's other time and the probe would cost at most 20 of those (a fast link, whose payloads are
-mostly fixed cost). Outside a traced function (eager
+what dense steps measured (small payloads' times are mostly fixed cost and
+noise: their fitted line read a 12 MB/s link 3x too fast, and an unshaped one
+at 3-5 MB/s where dense steps measured over 100 MB/s). A one-step dense probe
+refreshes that measure (each dense step moves it half way, in log) whenever
+the sparse steps since the last dense one add up to ``1 / PROBE_SHARE`` dense
+steps (priced so), and comes at once while no dense step has measured the
+link, the sparse link time is under the step's other time and the probe would
+cost at most 20 of those (a fast link, whose payloads are mostly fixed cost).
+Outside a traced function (eager
 ``hvd.allreduce``) nothing is measured: the exchange stays sparse and the
 price stays out of the thresholds.
 """
@@ -248,8 +248,9 @@ class Budget(tf.Module):
             self.probed.assign(probed), self.dense.assign(tf.cast(dense, tf.float64)))
 
     def measured(self, dense_step, sparse_step, dense_bw, sent_bytes, link_s):
-        """What the link is after a step: ``{moments, fixed_s, least_s, dense_bw, bandwidth}``. A dense step measures the bandwidth (``dense_bw``); the first sparse step
-        gives a lower bound, its payload over its link time; later ones move the estimate
+        """What the link is after a step: ``{moments, fixed_s, least_s, dense_bw, bandwidth}``.
+        A dense step measures the bandwidth (``dense_bw``); the first sparse step gives a
+        lower bound, its payload over its link time; later ones move the estimate
         ``FOLLOW`` of the way (in log) toward what they tell (``told``), never below their own
         lower bound. What dense steps measured (``dense_bw``, each moving it ``DENSE_FOLLOW``
         of the way in log: on an unshaped link one dense step read 40-410 MB/s) is kept apart:
@@ -257,12 +258,11 @@ class Budget(tf.Module):
         moments = self.fitted(self.moments, sparse_step, sent_bytes, link_s)
         fixed_s, least_s, told = self.told(moments, sent_bytes, link_s)
         old, lower = self.bandwidth, sent_bytes / link_s
-        toward = old * tf.math.divide_no_nan(told, old) ** FOLLOW
+        toward = moved(old, told, FOLLOW)
         sparse_bw = tf.where(old == 0.0, lower, tf.maximum(tf.where(told > 0.0, toward, old), lower))
         return {"moments": moments, "fixed_s": tf.where(sparse_step, fixed_s, self.fixed_s),
                 "least_s": tf.where(sparse_step, least_s, self.least_s),
-                "dense_bw": tf.where(dense_step, tf.where(self.dense_bw > 0.0, self.dense_bw * (
-                    dense_bw / self.dense_bw) ** DENSE_FOLLOW, dense_bw), self.dense_bw),
+                "dense_bw": tf.where(dense_step, moved(self.dense_bw, dense_bw, DENSE_FOLLOW), self.dense_bw),
                 "bandwidth": tf.where(dense_step, dense_bw, tf.where(sparse_step, sparse_bw, old))}
 
     def priced(self, sparse_step, sent_bytes, target_bytes):
@@ -327,3 +327,8 @@ class Budget(tf.Module):
         progress = tf.minimum(density / SATURATION, 1.0) ** EXPONENT
         sparse_rate = tf.math.divide_no_nan(progress, other_s + link)
         return tf.math.divide_no_nan(1.0, dense_step_s) >= sparse_rate
+
+
+def moved(old, new, share):
+    """``old`` moved ``share`` of the log-distance toward ``new`` (``new`` itself while ``old`` is 0)."""
+    return tf.where(old > 0.0, old * tf.math.divide_no_nan(new, old) ** share, new)
