@@ -7,6 +7,11 @@ Each method trains the same model on a fixed synthetic batch: warm-up steps, the
 repeated timing windows. The compute-only bound is the same step without any communication.
 ``--num-groups`` goes to ``DistributedGradientTape`` (default 1: every gradient of a step in one
 group, as ``scripts/train.py`` trains; 0: each gradient on its own).
+
+A method is a registered name or ``NAME=COMPRESSOR[,KEY=VALUE...]`` (e.g.
+``gradpart-fixed=gradpart,follow_link=false``). ``--matched-topk`` follows every sparse method
+with exact Top-k at the density that method sent in its last step (``topk@NAME``): the two
+selection rules' step times at the same density, side by side.
 """
 import argparse
 import json
@@ -18,23 +23,35 @@ import horovod.tensorflow as hvd  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from hvd_gradpart import COMPRESSORS, get_compressor, training  # noqa: E402
+from benchmarks.simulate import parse_run  # noqa: E402
+from hvd_gradpart import COMPRESSORS, SparseCompressor, get_compressor, training  # noqa: E402
 from hvd_gradpart.models import MODELS, build_model  # noqa: E402
 
 SHAPES = {"mlp": (28, 28, 1), "lenet5": (28, 28, 1), "resnet20": (32, 32, 3), "embedding": (28, 28, 1),
           "resnet44": (32, 32, 3)}
 
+SELECTION_RULES = {name for name, c in COMPRESSORS.items() if issubclass(c, SparseCompressor) and name != "topk"}
 
-def measure(model_name, method, batch, args):
+
+def method_spec(text):
+    """``(name, compressor, options)`` of a ``--methods`` entry (an argparse type)."""
+    name, compressor, options = parse_run(text) if "=" in text else (text, text, {})
+    if compressor not in COMPRESSORS:
+        raise argparse.ArgumentTypeError(f"{text!r}: {compressor!r} is not registered ({', '.join(sorted(COMPRESSORS))})")
+    return name, compressor, options
+
+
+def measure(model_name, spec, batch, args):
+    method, name, options = spec
     tf.keras.utils.set_random_seed(0)
     model = build_model(model_name, SHAPES[model_name], 10)
-    optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.0 if method == "dgc" else 0.9)
+    optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.0 if name == "dgc" else 0.9)
     compute_only = method == "compute-only"
-    compression = None if compute_only else get_compressor(method)
+    compression = None if compute_only else get_compressor(name, **options)
     step = training.make_step(model, optimizer, compression, communicate=not compute_only,
                               num_groups=args.num_groups)
     seconds, windows = training.time_steps(step, batch, args.steps, args.warmup, args.windows)
-    return {"method": method, "model": model_name, "params": int(model.count_params()),
+    return {"method": method, "compressor": name, "options": options, "model": model_name, "params": int(model.count_params()),
             "num_groups": args.num_groups,
             "step_s": seconds, "windows_s": windows,
             "samples_per_s": args.batch_size * hvd.size() / seconds,
@@ -44,7 +61,10 @@ def measure(model_name, method, batch, args):
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--model", choices=MODELS, default="mlp")
-    p.add_argument("--methods", nargs="+", default=sorted(COMPRESSORS))
+    p.add_argument("--methods", nargs="+", type=method_spec, default=[(m, m, {}) for m in sorted(COMPRESSORS)],
+                   help="NAME or NAME=COMPRESSOR[,KEY=VALUE...]")
+    p.add_argument("--matched-topk", action="store_true",
+                   help="after each sparse method, Top-k at the density it sent in its last step")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--steps", type=int, default=5, help="steps per timing window")
     p.add_argument("--windows", type=int, default=3)
@@ -58,11 +78,15 @@ def main():
     rs = np.random.RandomState(hvd.rank())
     batch = (tf.constant(rs.rand(args.batch_size, *SHAPES[args.model]).astype(np.float32)),
              tf.constant(rs.randint(0, 10, args.batch_size).astype(np.int32)))
-    for method in ["compute-only", *args.methods]:
-        row = measure(args.model, method, batch, args)
+    queue = [("compute-only", "compute-only", {}), *args.methods]
+    while queue:
+        row = measure(args.model, queue.pop(0), batch, args)
+        if args.matched_topk and row["compressor"] in SELECTION_RULES:
+            density = hvd.broadcast_object(row["compression"]["last_density"], 0)  # one setting on all ranks
+            queue.insert(0, (f"topk@{row['method']}", "topk", {"ratio": density}))
         if hvd.rank() == 0:
             row.update(label=args.label, ranks=hvd.size(), batch_per_rank=args.batch_size)
-            print(f"{args.label} {args.model} {method}: {row['samples_per_s']:.0f} samples/s", flush=True)
+            print(f"{args.label} {args.model} {row['method']}: {row['samples_per_s']:.0f} samples/s", flush=True)
             with open(args.out, "a") as f:
                 f.write(json.dumps(row) + "\n")
 

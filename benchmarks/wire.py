@@ -27,7 +27,8 @@ import horovod.tensorflow as hvd  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from hvd_gradpart import COMPRESSORS, get_compressor, training  # noqa: E402
+from benchmarks.throughput import method_spec  # noqa: E402
+from hvd_gradpart import get_compressor, training  # noqa: E402
 from hvd_gradpart.models import MODELS, build_model  # noqa: E402
 
 SHAPE = (28, 28, 1)  # the MNIST-sized models; one input shape keeps rows comparable
@@ -40,10 +41,10 @@ def link_delta(before):
     return now["tx_bytes"] - before["tx_bytes"], now["rx_bytes"] - before["rx_bytes"]
 
 
-def sent_bytes(compression):
-    """The compressor's running total of bytes sent, 0 for Horovod's dense compressors."""
+def sent(compression):
+    """The compressor's running totals ``(bytes, values)`` sent, zeros for Horovod's dense ones."""
     summary = training.compression_summary(compression)
-    return summary["total_sent_bytes"] if summary else 0.0
+    return (summary["total_sent_bytes"], summary["total_sent_elements"]) if summary else (0.0, 0.0)
 
 
 def idle_rate(seconds):
@@ -57,30 +58,35 @@ def idle_rate(seconds):
     return tx / elapsed, rx / elapsed
 
 
-def measure(model_name, method, groups, batch, steps, args):
+def measure(model_name, spec, groups, batch, steps, args):
     """One row: link bytes and the compressor's count per timed step, and the median step time."""
+    method, name, options = spec
     tf.keras.utils.set_random_seed(0)
     model = build_model(model_name, SHAPE, 10)
-    optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.0 if method == "dgc" else 0.9)
-    compression = get_compressor(method)
+    optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.0 if name == "dgc" else 0.9)
+    compression = get_compressor(name, **options)
     step = training.make_step(model, optimizer, compression, num_groups=groups)
     for _ in range(args.warmup):
         step(*batch)[0].numpy()
-    counted0, counters = sent_bytes(compression), training.link_counters()
+    counted0, counters = sent(compression), training.link_counters()
     step_s, windows = training.time_steps(step, batch, steps, 0, args.windows)
     tx, rx = link_delta(counters)
+    (bytes0, values0), (bytes1, values1) = counted0, sent(compression)
     total = steps * args.windows
-    return {"model": model_name, "method": method, "num_groups": groups, "params": int(model.count_params()),
+    return {"model": model_name, "method": method, "compressor": name, "options": options,
+            "num_groups": groups, "params": int(model.count_params()),
             "steps": total, "step_s": step_s, "windows_s": windows,
             "link_tx_per_step": tx / total, "link_rx_per_step": rx / total,
             "link_per_step": (tx + rx) / total,
-            "counted_sent_per_step": (sent_bytes(compression) - counted0) / total}
+            "counted_sent_per_step": (bytes1 - bytes0) / total,
+            "counted_values_per_step": (values1 - values0) / total}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="+", choices=MODELS, default=["mlp", "lenet5"])
-    p.add_argument("--methods", nargs="+", choices=sorted(COMPRESSORS), default=["gradpart"])
+    p.add_argument("--methods", nargs="+", type=method_spec, default=[("gradpart", "gradpart", {})],
+                   help="NAME (registered) or NAME=COMPRESSOR[,KEY=VALUE...]")
     p.add_argument("--num-groups", nargs="+", type=int, default=[0],
                    help="make_step's num_groups, each measured in turn (0: one exchange per tensor)")
     p.add_argument("--batch-size", type=int, default=64, help="per rank")
@@ -101,10 +107,11 @@ def main():
              tf.constant(rs.randint(0, 10, args.batch_size).astype(np.int32)))
     settings = {k: os.environ.get(k, "default") for k in SETTINGS}
     for model_name in args.models:
-        for method, groups in [(m, g) for m in args.methods
-                                for g in (args.num_groups if m != "none" else [0])]:
-            steps = args.dense_steps if method == "none" else args.steps
-            row = measure(model_name, method, groups, batch, steps, args)
+        for spec, groups in [(m, g) for m in args.methods
+                              for g in (args.num_groups if m[1] != "none" else [0])]:
+            method = spec[0]
+            steps = args.dense_steps if spec[1] == "none" else args.steps
+            row = measure(model_name, spec, groups, batch, steps, args)
             if hvd.rank() != 0:
                 continue
             row.update(label=args.label, settings=settings, ranks=hvd.size(), batch_per_rank=args.batch_size,

@@ -12,7 +12,7 @@ import time
 import tensorflow as tf
 
 COUNTERS = ("steps", "elements", "dense_bytes", "sent_elements", "sent_bytes",
-            "total_dense_bytes", "total_sent_bytes")
+            "total_dense_bytes", "total_sent_bytes", "total_sent_elements")
 
 
 class TensorMetrics(tf.Module):
@@ -38,6 +38,7 @@ class TensorMetrics(tf.Module):
             self._var(name).assign(as64(x))
         self._var("total_dense_bytes").assign_add(as64(dense_bytes))
         self._var("total_sent_bytes").assign_add(as64(sent_bytes))
+        self._var("total_sent_elements").assign_add(as64(sent_elements))
 
     def read(self):
         """The current values as Python floats."""
@@ -80,6 +81,7 @@ def summary(compressor):
         "last_sent_bytes": total("sent_bytes"),
         "last_dense_bytes": total("dense_bytes"),
         "total_sent_bytes": sent_bytes,
+        "total_sent_elements": total("total_sent_elements"),
         "total_dense_bytes": total("total_dense_bytes"),
         "compression_ratio": total("total_dense_bytes") / sent_bytes if sent_bytes else float("nan"),
     }

@@ -15,8 +15,13 @@ def row(method, link, counted, groups=0):
 
 def test_ratios_and_units():
     lines = table([row("none", 80_000, 0), row("gradpart", 4_000, 100, groups=1)]).splitlines()
-    assert lines[2] == "| 100mbit default | lenet5 | none | 0 | 80.0 | – | 0.0 | – | 2.5 | 50.0 |"
-    assert lines[3] == "| 100mbit default | lenet5 | gradpart | 1 | 4.0 | 20.0x | 0.1 | 40x | 2.5 | 50.0 |"
+    assert lines[2] == "| 100mbit default | lenet5 | none | 0 | 80.0 | – | 0.0 | – | – | 2.5 | 50.0 |"
+    assert lines[3] == "| 100mbit default | lenet5 | gradpart | 1 | 4.0 | 20.0x | 0.1 | 40x | – | 2.5 | 50.0 |"
+
+
+def test_bytes_per_value_from_the_counted_values():
+    counted = {**row("gradpart", 4_000, 350), "counted_values_per_step": 100}
+    assert "| 4.0 | – | 0.3 | 11x | 3.50 | 2.5 |" in table([counted])
 
 
 def test_rows_without_a_dense_reference_get_a_dash():
