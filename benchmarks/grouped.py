@@ -5,13 +5,15 @@
 
 For each model (batch 64 per rank of synthetic data shaped as MNIST, or as CIFAR-10 for the
 ResNets; one TF thread pair per rank) and each of GradPart, Top-k (1 %) and no compression
-(``--methods``), builds ``training.make_step`` with each ``--groups`` count (default 0, every
-gradient on its own, and 1, one group; with ``k > 1`` Horovod splits the gradients, in variable
-order, into ``k`` groups, so a group whose gradients are ready can be exchanged while the
-backward pass goes on), plus the compute-only step. Each case first runs ``--timeline-steps``
-steps under Horovod's timeline (``benchmarks.timeline`` counts the collectives and times
-them), then every case is timed in round-robin windows of ``--steps`` steps, so that all see
-the same machine load. Rank 0 writes one JSON row per case and a Markdown table beside it.
+(``--methods``, names or ``NAME=COMPRESSOR[,KEY=VALUE...]``), builds ``training.make_step``
+with each ``--groups`` count (default 0, every gradient on its own, and 1, one group; with
+``k > 1`` Horovod splits the gradients, in variable order, into ``k`` groups, so a group whose
+gradients are ready can be exchanged while the backward pass goes on), plus the compute-only
+step. Each case first runs ``--timeline-steps`` steps under Horovod's timeline
+(``benchmarks.timeline`` counts the collectives and times them); ``--matched-topk`` then adds,
+per selection rule, exact Top-k at the density that rule sent in its last step
+(``topk@NAME``). Every case is then timed in round-robin windows of ``--steps`` steps, so that
+all see the same machine load. Rank 0 writes one JSON row per case and a Markdown table beside it.
 """
 import argparse
 import json
@@ -26,11 +28,12 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import timeline  # noqa: E402
-from benchmarks.throughput import SHAPES  # noqa: E402
+from benchmarks.throughput import SELECTION_RULES, SHAPES, method_spec  # noqa: E402
 from hvd_gradpart import get_compressor, training  # noqa: E402
+from hvd_gradpart.metrics import resolve, summary  # noqa: E402
 from hvd_gradpart.models import MODELS, build_model  # noqa: E402
 
-METHODS = {"gradpart": {}, "topk": {"ratio": 0.01}, "none": None}
+METHODS = [("gradpart", "gradpart", {}), ("topk", "topk", {"ratio": 0.01}), ("none", "none", {})]
 
 
 def parse_args():
@@ -39,23 +42,30 @@ def parse_args():
     p.add_argument("--steps", type=int, default=20, help="steps per timing window")
     p.add_argument("--windows", type=int, default=5, help="timing windows per case")
     p.add_argument("--timeline-steps", type=int, default=5, help="steps recorded in the timeline")
-    p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    p.add_argument("--methods", nargs="+", type=method_spec, default=METHODS,
+                   help="NAME or NAME=COMPRESSOR[,KEY=VALUE...] (default: gradpart, topk at 1 %%, none)")
+    p.add_argument("--matched-topk", action="store_true",
+                   help="add Top-k at each selection rule's density (see the module doc)")
     p.add_argument("--groups", type=int, nargs="+", default=[0, 1],
                    help="num_groups values to measure (0: per tensor)")
     p.add_argument("--out", default="benchmarks/results/grouped.jsonl")
     return p.parse_args()
 
 
-def cases(name, shape, methods, group_counts):
-    """``{(method, num_groups): step}``: compute-only, then each method at each group count."""
-    steps = {}
-    for method, groups in [("compute-only", 0)] + [(m, g) for m in methods for g in group_counts]:
-        options = METHODS.get(method)
-        compression = get_compressor(method, **(options or {})) if method in METHODS else None
-        steps[method, groups] = training.make_step(
-            build_model(name, shape, 10), tf.keras.optimizers.SGD(0.01), compression,
-            communicate=compression is not None, num_groups=groups)
-    return steps
+def case(name, shape, spec, groups):
+    """``(step, compression)`` of one method (a ``method_spec``; None: compute-only) at one
+    group count."""
+    compression = None if spec is None else get_compressor(spec[1], **spec[2])
+    step = training.make_step(build_model(name, shape, 10), tf.keras.optimizers.SGD(0.01), compression,
+                              communicate=compression is not None, num_groups=groups)
+    return step, compression
+
+
+def density(compression):
+    """The density a compressor sent in its last step, the same on every rank (rank 0's); None
+    for a dense one."""
+    instance = resolve(compression)
+    return hvd.broadcast_object(summary(instance)["last_density"] if instance is not None else None, 0)
 
 
 def recorded(step, batch, steps, path):
@@ -90,14 +100,15 @@ def settled(path, wait_s=20.0):
 
 def markdown(rows):
     """The table of ``rows``: step time against compute-only, and the collectives of a step."""
-    lines = ["| model | method | groups | ms/step (median, min) | over compute-only | collectives per step "
-             "| cycles with a collective per step |", "|---|---|---|---|---|---|---|"]
+    lines = ["| model | method | groups | density | ms/step (median, min) | over compute-only | collectives per step "
+             "| cycles with a collective per step |", "|---|---|---|---|---|---|---|---|"]
     bound = {r["model"]: r["median_ms"] for r in rows if r["method"] == "compute-only"}
     for r in rows:
         ops = ", ".join(f"{c['per_step']:g} {op} ({c['tensors_each']:g} tensors, {c['median_ms']:.2f} ms)"
                         for op, c in r["collectives"].items()) or "-"
         over = r["median_ms"] / bound[r["model"]]
-        lines.append(f"| {r['model']} | {r['method']} | {r['num_groups'] or 'per tensor'} | "
+        density = f"{100 * r['density']:.2f} %" if r.get("density") is not None else "-"
+        lines.append(f"| {r['model']} | {r['method']} | {r['num_groups'] or 'per tensor'} | {density} | "
                      f"{r['median_ms']:.1f}, {r['min_ms']:.1f} | {over:.2f}x | {ops} | {r.get('rounds') or '-'} |")
     return "\n".join(lines) + "\n"
 
@@ -114,21 +125,28 @@ def main():
         shape = SHAPES[name]
         batch = (tf.constant(rng.random((64, *shape), dtype=np.float32)),
                  tf.constant(rng.integers(0, 10, 64).astype(np.int32)))
-        steps = cases(name, shape, args.methods, args.groups)
-        found, rounds = {}, {}
-        for case, step in steps.items():
-            training.time_steps(step, batch, 5, warmup=5, windows=1)
-            if case[0] != "compute-only":  # no collective, so Horovod writes no timeline
-                found[case], rounds[case] = recorded(step, batch, args.timeline_steps, f"{args.out}.timeline.json")
-                hvd.join()  # rank 1 waits while rank 0 reads the timeline
-        times = {case: [] for case in steps}
+        todo = [("compute-only", 0, None)] + [(m[0], g, m) for m in args.methods for g in args.groups]
+        steps, densities, found, rounds = {}, {}, {}, {}
+        while todo:
+            method, groups, spec = todo.pop(0)
+            key = method, groups
+            steps[key], compression = case(name, shape, spec, groups)
+            training.time_steps(steps[key], batch, 5, warmup=5, windows=1)
+            if spec is None:
+                continue  # no collective, so Horovod writes no timeline
+            found[key], rounds[key] = recorded(steps[key], batch, args.timeline_steps, f"{args.out}.timeline.json")
+            hvd.join()  # rank 1 waits while rank 0 reads the timeline
+            densities[key] = density(compression)
+            if args.matched_topk and spec[1] in SELECTION_RULES:
+                todo.insert(0, (f"topk@{method}", groups, (f"topk@{method}", "topk", {"ratio": densities[key]})))
+        times = {key: [] for key in steps}
         for _ in range(args.windows):
-            for case, step in steps.items():
-                times[case].append(training.time_steps(step, batch, args.steps, warmup=0, windows=1)[0])
+            for key, step in steps.items():
+                times[key].append(training.time_steps(step, batch, args.steps, warmup=0, windows=1)[0])
         for (method, groups), windows in times.items():
             rows.append({"model": name, "method": method, "num_groups": groups,
                          "median_ms": round(1e3 * statistics.median(windows), 2),
-                         "min_ms": round(1e3 * min(windows), 2),
+                         "min_ms": round(1e3 * min(windows), 2), "density": densities.get((method, groups)),
                          "collectives": found.get((method, groups), {}), "rounds": rounds.get((method, groups))})
     if hvd.rank() == 0:
         with open(args.out, "w") as f:
