@@ -76,7 +76,8 @@ LEAST_DRIFT = 1.005  # the least link time seen may rise this much a step (the f
 FOLLOW = 0.3        # share of the log-distance to the fitted bandwidth that one step covers
 DENSE_FOLLOW = 0.5  # ... and to a dense step's measure, for the bandwidth that prices a dense step
 VALUE_BYTES = 3.5   # bytes a sparse value costs on the wire at 0.3-3 % (fp16 and its gap code, docs/methods.md)
-FIGURES = 5         # what the first marker carries: step s, link s, link s squared, bytes sent per element, valid
+FIGURES = 7         # what the first marker carries: step s, link s, link s squared, bytes sent per element,
+                    # valid, values sent per element, values the rule offered per element
 
 
 class Budget(tf.Module):
@@ -101,6 +102,7 @@ class Budget(tf.Module):
         self.left_at = f64(0.0, "left_at")            # timestamp of the last compress's end
         self.sent = f64(0.0, "sent")                  # bytes this step sent (as counted) ...
         self.values = f64(0.0, "values")              # values this step sent ...
+        self.offered = f64(0.0, "offered")            # ... and the selection rule offered, before its guards ...
         self.total = f64(0.0, "total")                # ... of the elements it exchanged
         self.elements = f64(0.0, "elements")          # elements the last step exchanged
         self.steps = f64(0.0, "steps")                # steps begun
@@ -148,13 +150,14 @@ class Budget(tf.Module):
         self._last_call[graph] = None
         now = tf.timestamp()
         valid = tf.cast((self.steps >= 2.0) & (self.started > 0.0), tf.float64)
-        share = tf.math.divide_no_nan(self.sent, self.total)
-        figures = tf.cast(tf.stack([now - self.started, self.link_s, self.link_s ** 2, share, valid]), tf.float32)
+        per_element = lambda x: tf.math.divide_no_nan(x, self.total)
+        figures = tf.cast(tf.stack([now - self.started, self.link_s, self.link_s ** 2, per_element(self.sent), valid,
+                                    per_element(self.values), per_element(self.offered)]), tf.float32)
         self.measured_dense.assign(self.step_dense)
         self.step_dense.assign(self.dense)
         self.elements.assign(self.total)
         for var, value in ((self.started, now), (self.link_s, 0.0), (self.sent, 0.0), (self.values, 0.0),
-                           (self.total, 0.0)):
+                           (self.offered, 0.0), (self.total, 0.0)):
             var.assign(value)
         self.steps.assign_add(1.0)
         return self.dense > 0.5, figures
@@ -163,10 +166,12 @@ class Budget(tf.Module):
         """The running step's mode, for gradients after the first."""
         return self.step_dense > 0.5
 
-    def count(self, sent, values, total):
-        """Adds a gradient's bytes sent (the compressor's count), values sent and elements
+    def count(self, sent, values, total, offered=None):
+        """Adds a gradient's bytes sent (the compressor's count), values sent, values its
+        selection rule offered before the density guards (default: those sent) and elements
         exchanged to this step's."""
-        for var, x in ((self.sent, sent), (self.values, values), (self.total, total)):
+        offered = values if offered is None else offered
+        for var, x in ((self.sent, sent), (self.values, values), (self.offered, offered), (self.total, total)):
             var.assign_add(tf.cast(x, tf.float64))
 
     def left(self, graph, after):
@@ -193,7 +198,7 @@ class Budget(tf.Module):
         of the step after this one; ``reduced_figures / marker`` are the means over ranks.
         Returns the update op."""
         figures = tf.reshape(tf.cast(reduced_figures / marker, tf.float64), [FIGURES])
-        step_s, link_s, link_sq, share, valid = tf.unstack(figures)
+        step_s, link_s, link_sq, share, valid, density, offer = tf.unstack(figures)
         # The rank that reached the collective last waited for nobody: its link time is the
         # link's. Two ranks' mean less their spread is exactly the lesser (a bound for more).
         link_s = link_s - tf.sqrt(tf.maximum(link_sq - link_s ** 2, 0.0))
@@ -221,7 +226,13 @@ class Budget(tf.Module):
         link = self.measured(dense_step, sparse_step, dense_bytes / link_s, sent_bytes, link_s)
         bandwidth = link["bandwidth"]
         byte_s = tf.math.divide_no_nan(1.0, bandwidth) + per_byte_s  # a sent byte's time, link and work
-        flow, price = self.priced(sparse_step, sent_bytes, EXPONENT / (1 - EXPONENT) * tf.math.divide_no_nan(base, byte_s))
+        # The price answers the bytes the rule offered, toward a target of at most the ceiling's:
+        # at the ceiling the bytes sent no longer answer it, and a price that kept falling would
+        # make nearly every element a candidate (each step then compacts and caps all of them).
+        value_bytes = tf.math.divide_no_nan(share, density)
+        target = tf.minimum(EXPONENT / (1 - EXPONENT) * tf.math.divide_no_nan(base, byte_s),
+                            self.ceiling * self.elements * value_bytes)
+        flow, price = self.priced(sparse_step, offer * self.elements * value_bytes, target)
         since = tf.where(sparse_step, self.since_dense_s + step_s, tf.where(dense_step, zero, self.since_dense_s))
         # A dense step (a probe too) is priced at what dense steps measured, the payloads'
         # estimate until there is one: small payloads' times are mostly fixed cost and noise,
@@ -265,11 +276,12 @@ class Budget(tf.Module):
                 "dense_bw": tf.where(dense_step, moved(self.dense_bw, dense_bw, DENSE_FOLLOW), self.dense_bw),
                 "bandwidth": tf.where(dense_step, dense_bw, tf.where(sparse_step, sparse_bw, old))}
 
-    def priced(self, sparse_step, sent_bytes, target_bytes):
-        """The smoothed bytes of sparse steps and the price after this step: moved by ``GAIN``
-        per e-fold of those bytes over ``target_bytes``, within ``[-PRICE_LIMIT, 0]``."""
+    def priced(self, sparse_step, offered_bytes, target_bytes):
+        """The smoothed bytes the rule offered on sparse steps and the price after this step:
+        moved by ``GAIN`` per e-fold of those bytes over ``target_bytes``, within
+        ``[-PRICE_LIMIT, 0]``."""
         flow = tf.where(sparse_step, tf.where(self.flow > 0.0, FLOW_SMOOTHING * self.flow
-                                              + (1 - FLOW_SMOOTHING) * sent_bytes, sent_bytes), self.flow)
+                                              + (1 - FLOW_SMOOTHING) * offered_bytes, offered_bytes), self.flow)
         step = GAIN * tf.math.log(tf.math.divide_no_nan(flow, target_bytes))
         moves = sparse_step & (flow > 0.0) & (target_bytes > 0.0)
         return flow, tf.where(moves, tf.clip_by_value(self.price + step, -PRICE_LIMIT, 0.0), self.price)

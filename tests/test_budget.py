@@ -18,12 +18,16 @@ def controller(dense=False):
     return b
 
 
-def feed(b, step_s, link_s, share, marker=1.0, dense=None):
+def feed(b, step_s, link_s, share, marker=1.0, dense=None, offered=None):
     """One step's shared figures, as the reduced marker brings them (``marker`` = 1 for
-    Average, N for Sum: the figures come multiplied by it)."""
+    Average, N for Sum: the figures come multiplied by it): bytes ``share`` per element at
+    ``VALUE_BYTES`` a value, and the values the rule ``offered`` per element (default: those
+    sent)."""
     if dense is not None:
         b.measured_dense.assign(1.0 if dense else 0.0)
-    figures = tf.constant([step_s, link_s, link_s ** 2, share, 1.0], tf.float32) * marker
+    density = share / bd.VALUE_BYTES
+    offered = density if offered is None else offered
+    figures = tf.constant([step_s, link_s, link_s ** 2, share, 1.0, density, offered], tf.float32) * marker
     b.update(figures, tf.constant(marker, tf.float32))
 
 
@@ -95,7 +99,8 @@ def test_the_link_time_is_the_last_rank_s_not_the_wait_of_the_first():
     b = controller()
     # rank 0 reached the collective 45 ms early (its peer computed longer): link 50 ms and 5 ms
     links = tf.constant([0.05, 0.005], tf.float64)
-    figures = tf.stack([0.07, tf.reduce_mean(links), tf.reduce_mean(links ** 2), 0.001, 1.0])  # 1 KB sent
+    figures = tf.stack([0.07, tf.reduce_mean(links), tf.reduce_mean(links ** 2), 0.001, 1.0,  # 1 KB sent
+                        0.001 / bd.VALUE_BYTES, 0.001 / bd.VALUE_BYTES])
     b.update(tf.cast(figures, tf.float32), tf.constant(1.0, tf.float32))
     assert b.bandwidth.numpy() == pytest.approx(0.001 * ELEMENTS / 0.005, rel=1e-3)
     assert b.other_s.numpy() == pytest.approx(0.065, rel=1e-3)  # the wait is the step's, not the link's
@@ -182,27 +187,30 @@ def closed_loop(n, steps, bandwidth, per_value_s=0.0, seed=0):
     """The controller driving a stand-in for the entropy rule under error feedback (Laplace
     gradients, threshold exp(h) (log n + price), the compressor's floor and ceiling guards) on a
     link of 4 ms fixed cost and ``bandwidth(step)``; a step computes 20 ms, and ``per_value_s``
-    more per value it sends (selection and coding). Returns the controller and the step times."""
+    more per value it sends (selection and coding). Returns the controller, the step times and the
+    values the rule offered each step."""
     rng = np.random.default_rng(seed)
     b = bd.Budget(density_ceiling=0.02)
     b.elements.assign(n)
-    residual, times = np.zeros(n, np.float32), []
+    residual, times, offers = np.zeros(n, np.float32), [], []
     for step in range(steps):
         acc = residual + rng.laplace(0.0, 1.0, n).astype(np.float32)
         tau = 2 * math.e * max(math.log(n) + float(b.price.numpy()), 0.0)
-        k = int(np.clip((np.abs(acc) > tau).sum(), math.ceil(1e-4 * n), 0.02 * n))
+        offered = int((np.abs(acc) > tau).sum())
+        k = int(np.clip(offered, math.ceil(1e-4 * n), 0.02 * n))
         sent = np.argpartition(-np.abs(acc), k)[:k]
         residual = acc.copy()
         residual[sent] = 0.0
         link = 0.004 + k * bd.VALUE_BYTES / bandwidth(step) + rng.normal(0.0, 5e-4)
         other_s = 0.02 + per_value_s * k
-        feed(b, other_s + link, link, k * bd.VALUE_BYTES / n, dense=False)
+        feed(b, other_s + link, link, k * bd.VALUE_BYTES / n, dense=False, offered=offered / n)
         times.append(other_s + link)
-    return b, times
+        offers.append(offered)
+    return b, times, offers
 
 
 def test_in_a_closed_loop_the_step_time_comes_back_after_the_link_drops():
-    b, times = closed_loop(200_000, 200, lambda step: 1.25e7 if step < 100 else 1.25e6)
+    b, times, _ = closed_loop(200_000, 200, lambda step: 1.25e7 if step < 100 else 1.25e6)
     before, after = statistics.median(times[80:100]), statistics.median(times[140:160])
     assert after <= 1.5 * before, (before, after)
     assert b.bandwidth.numpy() < 2.5e6
@@ -211,9 +219,17 @@ def test_in_a_closed_loop_the_step_time_comes_back_after_the_link_drops():
 def test_a_selection_that_costs_time_per_value_does_not_buy_itself_more_bytes():
     # 2 us a value: the 2 % ceiling would add 40 ms to a 20 ms step, and a target priced on that
     # step's time would be over the ceiling's bytes, so the price would run to its bound
-    b, times = closed_loop(1_000_000, 80, lambda step: 1.25e7, per_value_s=2e-6)
+    b, times, _ = closed_loop(1_000_000, 80, lambda step: 1.25e7, per_value_s=2e-6)
     assert b.price.numpy() > -bd.PRICE_LIMIT / 2
     assert statistics.median(times[60:]) < 0.045
+
+
+def test_a_link_that_wants_more_than_the_ceiling_does_not_wind_the_price_down():
+    # 10 GB/s: the target is far over the 2 % ceiling; a price that answered the bytes sent
+    # (capped) ran to its bound, where every nonzero element is a candidate
+    b, _, offers = closed_loop(200_000, 120, lambda step: 1e10)
+    assert b.price.numpy() > -bd.PRICE_LIMIT + 5
+    assert statistics.median(offers[60:]) < 3 * 0.02 * 200_000
 
 
 def pipelined(b, steps, sparse, dense):

@@ -266,7 +266,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         slot.metrics.record(elements=n, dense_bytes=n * grad.dtype.size, sent_elements=tf.size(indices),
                             sent_bytes=sent, wire_format=encoded.format, **diagnostics)
         if budget is not None:
-            budget.count(sent, tf.size(indices), n)
+            budget.count(sent, tf.size(indices), n, offered=swept.candidates.count)
         return encoded.payload
 
     def _dense(self, slot, grad, budget):

@@ -165,17 +165,18 @@ class GradPartCompressor(SparseCompressor):
         return self.density_ceiling * (self.density_floor / self.density_ceiling) ** progress
 
     def guard(self, acc, candidates, steps):
-        """The candidates' indices, or exact top-k (``topk.top_k``) at the
-        floor (the warm-up's at ``steps`` while it lasts) or ceiling when
-        their count leaves them (one top-k traced, its k chosen at run time)."""
+        """The candidates' indices; over the ceiling the largest of them (``topk.exact_top_k``
+        among the candidates, no pass over the tensor); under the floor (the warm-up's at
+        ``steps`` while it lasts) exact top-k of the whole tensor (``topk.top_k``)."""
         n = acc.shape.num_elements()
         low = min(n, max(1, math.ceil(self.density_floor * n))) if self.density_floor > 0 else 0
         high = max(low, math.floor(self.density_ceiling * n))
         if self.warmup_steps > 0 and self.density_floor > 0:
             low = tf.clip_by_value(tf.cast(tf.math.ceil(self.floor(steps) * n), tf.int32), low, high)
         count = candidates.count
-        k = tf.where(count < low, low, high)
-        return tf.cond((count < low) | (count > high), lambda: topk.top_k(acc, k), lambda: candidates.indices)
+        capped = lambda: tf.cond(count > high, lambda: topk.exact_top_k(acc, candidates, high),
+                                 lambda: candidates.indices)
+        return tf.cond(count < low, lambda: topk.top_k(acc, low), capped)
 
 
 def _check(name, value, ok, valid):
