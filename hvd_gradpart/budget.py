@@ -17,10 +17,13 @@ the same decisions on the same step. The link time is the least over ranks
 (the mean less the spread, from the mean square the marker also carries): a
 rank that reached the collective first also waited for the others' compute,
 which is not the link's. Sparse steps move one shared price, nats
-added to every area's position cost, by ``GAIN`` per e-fold of the bytes sent
-over the target ``g / (1 - g) * T`` times the bandwidth (a target in bytes,
-not in link time: a collective's fixed cost, Horovod's cycle and latency, is
-not what the price can buy down). The target's ``T`` is the least smoothed non-link time
+added to every area's position cost, by ``GAIN`` per e-fold of the bytes the
+rule offered (its candidates before the density guards, at the bytes per value
+sent) over the target ``g / (1 - g) * T`` times the bandwidth, at most the
+density ceiling's bytes (a target in bytes, not in link time: a collective's
+fixed cost, Horovod's cycle and latency, is not what the price can buy down;
+and at the ceiling the bytes sent stop answering the price, which would
+otherwise fall until every element is a candidate). The target's ``T`` is the least smoothed non-link time
 seen (drifting up): a step's own selection and coding grow with what it sends,
 and a target read from that time would buy itself ever more bytes. The price
 starts at ``START_PRICE``, the entropy rule's own density, and moves within
@@ -63,7 +66,7 @@ import tensorflow as tf
 
 EXPONENT = 0.16     # g: progress per step ~ density**g (Top-k's frontier, docs/algorithm.md) ...
 SATURATION = 0.1    # ... up to this density, where a step does as much as a dense one
-GAIN = 1.0          # price change (nats) per e-fold of bytes sent over their target (docs/algorithm.md)
+GAIN = 1.0          # price change (nats) per e-fold of bytes offered over their target (docs/algorithm.md)
 START_PRICE = 0.0   # nats: the entropy rule's own density, whose counts vary (what the fits need)
 PRICE_LIMIT = 20.0  # the lowest price, nats (a position among 1e8 costs 18.4); the highest is 0
 PROBE_SHARE = 0.05  # a dense probe costs at most this share of the sparse time since the last

@@ -11,8 +11,9 @@ Each step, per gradient (formulas and their derivation in docs/algorithm.md):
    ``|a| > exp(h) * log n_A``: beyond the entropy power ``exp(h)`` (the
    width of the distribution's typical set) by a factor equal to the cost,
    in nats, of coding one position in A;
-4. keep density within [floor, ceiling] with exact top-k only when a guard
-   trips; everything unsent stays in the residual. During the first
+4. keep density within [floor, ceiling]: over the ceiling the largest
+   candidates go, under the floor exact top-k of the tensor; everything
+   unsent stays in the residual. During the first
    ``warmup_steps`` the floor falls log-linearly from the ceiling to
    ``density_floor`` (a dense start, as DGC's warm-up), so short runs and
    adaptive optimizers are not starved while the predictions settle;
