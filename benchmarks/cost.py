@@ -12,9 +12,10 @@ by call, so that load from other processes falls on all of them alike; figures a
 
 Methods run at their defaults except: GradPart without following the link (one process has
 no link; its budget would find the dense exchange cheaper and time no sparse step), exact Top-k
-at GradPart's mean density over as many settling calls as are timed, on the same gradients (the
-comparison at equal bytes), DGC without its warm-up (the density it trains at). The density
-shown is each method's last timed call's: the exchange's share of the
+at GradPart's mean density over its last settling call on each gradient, after as many calls as
+are timed (the comparison at equal bytes; error feedback makes the first calls sparser), DGC
+without its warm-up (the density it trains at). The density shown is each method's last timed
+call's: the exchange's share of the
 cost (indices, payload, decoding) grows with it. A one-rank allgather still waits for Horovod's
 background cycle: the run uses a 0.1 ms cycle unless ``HOROVOD_CYCLE_TIME`` is set, and reports
 the time of a bare allgather of one header row, the part of each figure that is that wait.
@@ -81,8 +82,10 @@ def measure(n, calls):
     gradpart = get_compressor("gradpart", follow_link=False)
     settle = step(gradpart)
     for i in range(calls):
+        if i == calls - len(grads):  # the last call on each gradient: the density Top-k gets
+            before = summary(gradpart)["total_sent_elements"]
         settle(grads[i % len(grads)]).numpy()
-    density = summary(gradpart)["total_sent_elements"] / (calls * n)
+    density = (summary(gradpart)["total_sent_elements"] - before) / (len(grads) * n)
     compressors = {"gradpart": gradpart, "topk": get_compressor("topk", ratio=density),
                    "dgc": get_compressor("dgc", warmup_steps=0), "sidco": get_compressor("sidco"),
                    "variance": get_compressor("variance")}
