@@ -1,7 +1,7 @@
 """The targets of the evaluation, checked against measured results: met or missed, by how much."""
 from benchmarks import records as br
 
-PEERS = ("variance", "topk", "dgc", "sidco")
+PEERS = ("variance", "topk", "dgc", "sidco", "powersgd")
 UNSHAPED = ("10gbit", "1gbit")
 MANY_TENSORS = ("resnet44",)  # 100+ gradient tensors: 10 % slower than none allowed, any bound
 
