@@ -12,7 +12,8 @@ def test_gradpart_trains_digits_on_two_ranks(compression):
     accuracy = [float(a) for a in re.findall(rf"compression={compression} steps=66 accuracy=([0-9.]+)", out)]
     ratios = [float(r) for r in re.findall(r"RESULT rank=\d ratio=([0-9.]+)", out)]
     densities = [float(d) for d in re.findall(r"TENSOR rank=\d .* density=([0-9.]+)", out)]
-    least = 0.8 if compression == "rule" else 0.75  # following the link depends on measured times
+    # following the link depends on measured times (gradpart_check.py's MIN_ACCURACY_FOLLOWING)
+    least = 0.8 if compression == "rule" else 0.7
     assert len(accuracy) == 2 and len(set(accuracy)) == 1 and accuracy[0] > least, out[-3000:]
     # the rule alone sends what it finds worth it; following a fast link, as much as the guards allow
     assert len(ratios) == 2 and min(ratios) > (100 if compression == "rule" else 1), out[-3000:]
