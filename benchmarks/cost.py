@@ -15,10 +15,10 @@ no link; its budget would find the dense exchange cheaper and time no sparse ste
 at GradPart's mean density over its last settling call on each gradient, after as many calls as
 are timed (the comparison at equal bytes; error feedback makes the first calls sparser), DGC
 without its warm-up (the density it trains at). The density shown is each method's last timed
-call's: the exchange's share of the
-cost (indices, payload, decoding) grows with it. A one-rank allgather still waits for Horovod's
-background cycle: the run uses a 0.1 ms cycle unless ``HOROVOD_CYCLE_TIME`` is set, and reports
-the time of a bare allgather of one header row, the part of each figure that is that wait.
+call's: the exchange's share of the cost (indices, payload, decoding) grows with it. A one-rank
+allgather still waits for Horovod's background cycle: the run uses a 0.1 ms cycle unless
+``HOROVOD_CYCLE_TIME`` is set, and reports the time of a bare allgather of one header row, the
+part of each figure that is that wait.
 """
 import argparse
 import json

@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import timeline  # noqa: E402
-from benchmarks.throughput import SELECTION_RULES, SHAPES, method_spec  # noqa: E402
+from benchmarks.throughput import SELECTION_RULES, SHAPES, matched_topk, method_spec  # noqa: E402
 from hvd_gradpart import get_compressor, training  # noqa: E402
 from hvd_gradpart.metrics import resolve, summary  # noqa: E402
 from hvd_gradpart.models import MODELS, build_model  # noqa: E402
@@ -62,10 +62,9 @@ def case(name, shape, spec, groups):
 
 
 def density(compression):
-    """The density a compressor sent in its last step, the same on every rank (rank 0's); None
-    for a dense one."""
+    """The density a compressor sent in its last step; None for a dense one."""
     instance = resolve(compression)
-    return hvd.broadcast_object(summary(instance)["last_density"] if instance is not None else None, 0)
+    return summary(instance)["last_density"] if instance is not None else None
 
 
 def recorded(step, batch, steps, path):
@@ -138,7 +137,8 @@ def main():
             hvd.join()  # rank 1 waits while rank 0 reads the timeline
             densities[key] = density(compression)
             if args.matched_topk and spec[1] in SELECTION_RULES:
-                todo.insert(0, (f"topk@{method}", groups, (f"topk@{method}", "topk", {"ratio": densities[key]})))
+                matched = matched_topk(method, densities[key])
+                todo.insert(0, (matched[0], groups, matched))
         times = {key: [] for key in steps}
         for _ in range(args.windows):
             for key, step in steps.items():

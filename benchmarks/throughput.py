@@ -37,8 +37,15 @@ def method_spec(text):
     """``(name, compressor, options)`` of a ``--methods`` entry (an argparse type)."""
     name, compressor, options = parse_run(text) if "=" in text else (text, text, {})
     if compressor not in COMPRESSORS:
-        raise argparse.ArgumentTypeError(f"{text!r}: {compressor!r} is not registered ({', '.join(sorted(COMPRESSORS))})")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: {compressor!r} is not registered ({', '.join(sorted(COMPRESSORS))})")
     return name, compressor, options
+
+
+def matched_topk(method, density):
+    """The ``method_spec`` of exact Top-k at ``method``'s ``density``, rank 0's, so that every
+    rank builds the same compressor."""
+    return f"topk@{method}", "topk", {"ratio": hvd.broadcast_object(density, 0)}
 
 
 def measure(model_name, spec, batch, args):
@@ -51,8 +58,8 @@ def measure(model_name, spec, batch, args):
     step = training.make_step(model, optimizer, compression, communicate=not compute_only,
                               num_groups=args.num_groups)
     seconds, windows = training.time_steps(step, batch, args.steps, args.warmup, args.windows)
-    return {"method": method, "compressor": name, "options": options, "model": model_name, "params": int(model.count_params()),
-            "num_groups": args.num_groups,
+    return {"method": method, "compressor": name, "options": options, "model": model_name,
+            "params": int(model.count_params()), "num_groups": args.num_groups,
             "step_s": seconds, "windows_s": windows,
             "samples_per_s": args.batch_size * hvd.size() / seconds,
             "compression": training.compression_summary(compression) if compression else None}
@@ -82,8 +89,7 @@ def main():
     while queue:
         row = measure(args.model, queue.pop(0), batch, args)
         if args.matched_topk and row["compressor"] in SELECTION_RULES:
-            density = hvd.broadcast_object(row["compression"]["last_density"], 0)  # one setting on all ranks
-            queue.insert(0, (f"topk@{row['method']}", "topk", {"ratio": density}))
+            queue.insert(0, matched_topk(row["method"], row["compression"]["last_density"]))
         if hvd.rank() == 0:
             row.update(label=args.label, ranks=hvd.size(), batch_per_rank=args.batch_size)
             print(f"{args.label} {args.model} {row['method']}: {row['samples_per_s']:.0f} samples/s", flush=True)

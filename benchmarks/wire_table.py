@@ -12,7 +12,8 @@ import sys
 NOTE = ("Link: tx + rx of rank 0's node (kernel counters), per training step, over the timed "
         "steps after warm-up; link ratio: the model's dense (none) link bytes per step over the "
         "row's; compressor ratio: 4 bytes per parameter over what rank 0's compressor counted as "
-        "sent; B/value: those counted bytes (payloads, headers, lengths, marker) per value sent; idle: the same counters while both ranks sleep; step: median of the timing windows.")
+        "sent; B/value: those counted bytes (payloads, headers, lengths, marker) per value sent; "
+        "idle: the same counters while both ranks sleep; step: median of the timing windows.")
 
 
 def table(rows):
