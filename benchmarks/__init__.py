@@ -24,6 +24,8 @@ Entry points (``python -m benchmarks.<name>``):
     ``threshold_variants``: short-run accuracy of GradPart's threshold variants, one process.
     ``simulate``: W data-parallel workers simulated exactly in one process (method studies:
     accuracy every quarter epoch, realized density and ratio, over seeds).
+    ``diagnose``: the tables of ``simulate --diagnose``'s per-step records (residual against
+    gradient, residual age, update and gradient norms, density per epoch and per tensor).
     ``frontier``: each simulated run against Top-k's accuracy-ratio frontier at the same bytes.
     ``projection``: simulated runs' time to accuracy on a link, by the scaling model's step time.
     ``wire``: link bytes per training step and per idle second (run under ``horovodrun``).

@@ -1,7 +1,8 @@
 """Data-parallel training of W workers simulated exactly in one process, for method studies.
 
     python -m benchmarks.simulate MODEL [--epochs 3] [--seeds 0,1,2] [--workers 2]
-        [--out FILE.jsonl] [--trace FILE.jsonl --trace-steps 50] RUN...
+        [--optimizer sgd|adam] [--out FILE.jsonl] [--trace FILE.jsonl --trace-steps 50]
+        [--diagnose FILE.jsonl [--diagnose-every 1]] RUN...
     python -m benchmarks.simulate --summarize FILE.jsonl
     python -m benchmarks.simulate --summarize-trace TRACE.jsonl
 
@@ -10,7 +11,8 @@ RUN is ``NAME=COMPRESSOR[,KEY=VALUE...]`` as in ``benchmarks/convergence.sh``
 registry name or ``module:Class`` (a subclass under study). Every run trains on mnist5k
 with what ``scripts/train.py`` uses: the dataset and model seeded by the seed, shard
 ``x[w::W]`` per worker, batch 32 per worker in the order ``data.batches`` gives, SGD with
-momentum 0.9 (0 for a compressor with its own, as dgc) at 0.01 x W, BatchNorm recalibrated on 20 training batches before
+momentum 0.9 (0 for a compressor with its own, as dgc) at 0.01 x W (``--optimizer adam``:
+Keras Adam at 1e-3 instead), BatchNorm recalibrated on 20 training batches before
 each evaluation. Test accuracy is evaluated every quarter epoch (not timed), with the
 realized density (elements sent / elements handled, sparsified tensors) and compression
 ratio (dense bytes / bytes sent, as the compressor counts them) over the quarter and over
@@ -33,6 +35,10 @@ allreduce.
 ``--trace`` writes, for the first ``--trace-steps`` steps, worker 0's per-tensor state
 each step: the predicted fit's entropy power ``exp(h)`` against the fresh gradient's own
 fit, both thresholds, the key-area size and the elements sent.
+
+``--diagnose`` writes one record per step (``benchmarks.diagnose``: the realized density,
+worker 0's residual against its fresh gradient and the residual's age, the norms of the
+averaged gradient and of the update the optimizer applied, the loss).
 """
 import argparse
 import collections
@@ -49,12 +55,15 @@ import horovod.tensorflow as hvd  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from benchmarks import diagnose  # noqa: E402
 from hvd_gradpart import entropy, get_compressor, snapshot, stats, training  # noqa: E402
 from hvd_gradpart.compressors.base import SparseCompressor  # noqa: E402
 from hvd_gradpart.data import batches, load_dataset, shard  # noqa: E402
 from hvd_gradpart.models import build_model  # noqa: E402
 
 BATCH, LR, BN_BATCHES, EVALS_PER_EPOCH = 32, 0.01, 20, 4
+ADAM_LR = 1e-3
+OPTIMIZERS = ("sgd", "adam")
 
 
 def parse_run(text):
@@ -83,8 +92,20 @@ def make_compressor(name, options):
     return getattr(importlib.import_module(module), cls)(**options)
 
 
+def make_optimizer(kind, compressors, workers):
+    """``sgd``: SGD at ``LR`` x ``workers``, momentum 0.9 (0 when the compressor has a momentum
+    of its own, as DGC's correction); ``adam``: Keras Adam at ``ADAM_LR``, its defaults else."""
+    if kind == "adam":
+        return tf.keras.optimizers.Adam(ADAM_LR)
+    if kind != "sgd":
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {kind!r}")
+    own = compressors and getattr(compressors[0], "momentum", 0)
+    return tf.keras.optimizers.SGD(LR * workers, momentum=0.0 if own else 0.9)
+
+
 def make_step(model, optimizer, compressors, workers):
-    """One compiled step of ``workers`` simulated ranks; returns (mean loss, worker 0's gradients)."""
+    """One compiled step of ``workers`` simulated ranks; returns (mean loss, worker 0's gradients,
+    the global norm of the averaged gradient handed to the optimizer)."""
     sparse = compressors and isinstance(compressors[0], SparseCompressor)
     weights = model.trainable_variables
 
@@ -109,7 +130,7 @@ def make_step(model, optimizer, compressors, workers):
         else:
             averaged = [tf.add_n(list(parts)) / workers for parts in zip(*grads)]
         optimizer.apply_gradients(zip(averaged, weights))
-        return tf.add_n(losses) / workers, grads[0]
+        return tf.add_n(losses) / workers, grads[0], tf.linalg.global_norm(averaged)
 
     return step
 
@@ -154,29 +175,37 @@ def trace_rows(compressor, grads, step):
     return rows
 
 
-def run_one(model_name, name, compressor_name, options, seed, epochs, workers, out, trace, trace_steps):
-    """Trains one run; writes one record per quarter epoch to ``out`` (and the trace)."""
+def run_one(model_name, name, compressor_name, options, seed, epochs, workers, out, trace, trace_steps,
+            optimizer="sgd", diagnose_to=None, diagnose_every=1):
+    """Trains one run; writes one record per quarter epoch to ``out`` (and the trace, and with
+    ``diagnose_to`` one record per ``diagnose_every`` steps, ``diagnose.Recorder``)."""
     data = load_dataset("mnist5k", seed=seed)
     tf.keras.utils.set_random_seed(seed)
     model = build_model(model_name, data.x_train.shape[1:], data.num_classes, seed=seed)
     compressors = [make_compressor(compressor_name, options) for _ in range(workers)]
-    # a compressor with a momentum of its own (DGC's correction) takes the optimizer's
-    optimizer = tf.keras.optimizers.SGD(LR * workers, momentum=0.0 if getattr(compressors[0], "momentum", 0) else 0.9)
+    kind, optimizer = optimizer, make_optimizer(optimizer, compressors, workers)
     step = make_step(model, optimizer, compressors, workers)
     counter = Counter(compressors)
     shards = [shard(data.x_train, data.y_train, w, workers) for w in range(workers)]
     per_epoch = len(shards[0][0]) // BATCH
+    recorder = diagnose_to and diagnose.Recorder(
+        diagnose_to, model, compressors, {"model": model_name, "run": name, "optimizer": kind, "seed": seed},
+        per_epoch, diagnose_every)
     evals = {round(per_epoch * q / EVALS_PER_EPOCH) for q in range(1, EVALS_PER_EPOCH + 1)}
     steps, train_s, last = 0, 0.0, (0.0, 0.0, 0.0, 0.0)
     for epoch in range(epochs):
         streams = [batches(x, y, BATCH, seed, epoch) for x, y in shards]
         for i, pairs in enumerate(zip(*streams), 1):
+            if recorder:
+                recorder.before()
             start = time.perf_counter()
-            loss, grads = step(tf.stack([p[0] for p in pairs]), tf.stack([p[1] for p in pairs]))
+            loss, grads, grad_norm = step(tf.stack([p[0] for p in pairs]), tf.stack([p[1] for p in pairs]))
             float(loss)
             train_s += time.perf_counter() - start
             counter.after_step()
             steps += 1
+            if recorder:
+                recorder.after(steps, float(loss), grads, float(grad_norm))
             if trace and steps <= trace_steps and counter.compressors:
                 with open(trace, "a") as f:
                     for row in trace_rows(compressors[0], grads, steps):
@@ -189,7 +218,7 @@ def run_one(model_name, name, compressor_name, options, seed, epochs, workers, o
             delta = [a - b for a, b in zip(now, last)]
             last = now
             record = {"model": model_name, "run": name, "compressor": compressor_name, "options": options,
-                      "seed": seed, "workers": workers, "epoch": round(epoch + i / per_epoch, 3),
+                      "optimizer": kind, "seed": seed, "workers": workers, "epoch": round(epoch + i / per_epoch, 3),
                       "step": steps, "test_acc": test_acc, "test_loss": test_loss, "train_s": train_s,
                       "density": _ratio(delta[1], delta[0]), "density_total": _ratio(now[1], now[0]),
                       "ratio": _ratio(delta[2], delta[3]), "ratio_total": _ratio(now[2], now[3])}
@@ -251,9 +280,14 @@ def main(argv=None):
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--seeds", default="0,1,2", help="comma-separated")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd",
+                   help=f"sgd: momentum 0.9 at {LR} x workers; adam: Keras Adam at {ADAM_LR}")
     p.add_argument("--out", help="JSONL file to append one record per evaluation to")
     p.add_argument("--trace", help="JSONL file for worker 0's per-tensor state in the first steps")
     p.add_argument("--trace-steps", type=int, default=50)
+    p.add_argument("--diagnose", metavar="FILE", help="JSONL file for one diagnostic record per step "
+                   "(benchmarks.diagnose)")
+    p.add_argument("--diagnose-every", type=int, default=1, help="record every this many steps")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--summarize", metavar="FILE", help="print the table of a --out file and exit")
     p.add_argument("--summarize-trace", metavar="FILE", help="print the table of a --trace file and exit")
@@ -264,8 +298,8 @@ def main(argv=None):
         return summarize_trace(args.summarize_trace)
     if not args.model or not args.runs:
         p.error("give MODEL and at least one RUN (or --summarize FILE)")
-    if args.workers < 1 or args.epochs < 1:
-        p.error("--workers and --epochs must be >= 1")
+    if args.workers < 1 or args.epochs < 1 or args.diagnose_every < 1:
+        p.error("--workers, --epochs and --diagnose-every must be >= 1")
     training.limit_threads(args.threads)
     hvd.init()
     if hvd.size() != 1:
@@ -273,7 +307,7 @@ def main(argv=None):
     for seed in (int(s) for s in args.seeds.split(",")):
         for name, compressor, options in args.runs:
             run_one(args.model, name, compressor, options, seed, args.epochs, args.workers,
-                    args.out, args.trace, args.trace_steps)
+                    args.out, args.trace, args.trace_steps, args.optimizer, args.diagnose, args.diagnose_every)
 
 
 if __name__ == "__main__":
