@@ -18,7 +18,8 @@ import tensorflow as tf  # noqa: E402
 from hvd_gradpart import get_compressor  # noqa: E402
 
 
-def main(name):
+def waits(name):
+    """``{cond: [conds it waits for]}`` for every cond of a traced step with compressor ``name``."""
     hvd.init()
     model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(64), tf.keras.layers.Dense(64),
                                  tf.keras.layers.Dense(10)])
@@ -33,9 +34,12 @@ def main(name):
     graph = step.get_concrete_function(tf.TensorSpec((8, 64))).graph
     conds = [op for op in graph.get_operations() if op.type in ("If", "StatelessIf")]
     names = {op.name for op in conds}
-    for op in conds:
-        waits = [c.name for c in op.control_inputs if c.name in names]
-        print(f"{op.name} ({op.type}) waits for: {', '.join(waits) or 'none'}")
+    return {f"{op.name} ({op.type})": [c.name for c in op.control_inputs if c.name in names] for op in conds}
+
+
+def main(name):
+    for cond, others in waits(name).items():
+        print(f"{cond} waits for: {', '.join(others) or 'none'}")
 
 
 if __name__ == "__main__":

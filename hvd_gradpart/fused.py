@@ -40,12 +40,14 @@ class Swept(NamedTuple):
         state: the per-method variables' next values, ``{name: tensor}``.
         candidates: ``Candidates`` of the method's mask (none when it has no mask).
         plan: what the compressor prepared for the step.
+        energy: float32 scalar, the sum of ``acc``'s squares.
     """
 
     acc: tf.Tensor
     state: dict
     candidates: Candidates
     plan: object
+    energy: tf.Tensor
 
 
 def mask_bytes(acc, mask=None):

@@ -45,6 +45,7 @@ import sys
 import weakref
 
 from tensorflow.python.eager.polymorphic_function.polymorphic_function import Function
+from tensorflow.python.framework.func_graph import FuncGraph
 from tensorflow.python.ops.resource_variable_ops import default_variable_creator_v2
 
 import tensorflow as tf
@@ -63,6 +64,20 @@ def function_graph():
     while type(graph).__name__ in _BRANCH_GRAPHS:
         graph = graph.outer_graph
     return graph
+
+
+def called_at_call_time():
+    """Whether a value captured at call time by the enclosing traced function reaches it: TensorFlow
+    carries such a value from a function to the function that calls it (Horovod's allreduce
+    function inside Keras's train function), but not into a ``tf.cond`` or loop branch that
+    calls it (Horovod's gradient aggregation, ``backward_passes_per_step`` > 1)."""
+    graph = function_graph()
+    while graph is not None:
+        outer = getattr(graph, "outer_graph", None)
+        if type(outer).__name__ in _BRANCH_GRAPHS:
+            return False
+        graph = outer if isinstance(outer, FuncGraph) else None
+    return True
 
 
 def _selves():

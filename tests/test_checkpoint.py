@@ -42,11 +42,11 @@ def test_the_link_budget_is_restored_with_the_residuals(tmp_path):
     first = GradPartCompressor()
     run(first, range(4))
     (step, budget), = first.budgets.items()
-    assert budget.steps.numpy() == 4.0
+    assert budget.read()["steps"] == 2  # a step's figures come back with the next, are folded at the one after
     path = tf.train.Checkpoint(compressor=first).save(str(tmp_path / "ckpt"))
     resumed = GradPartCompressor()
     tf.train.Checkpoint(compressor=resumed).restore(path)  # before the first step, as a job resumes
     run(resumed, [4])
     assert list(resumed.budgets) == [step]
-    assert resumed.budgets[step].steps.numpy() == 5.0
-    assert resumed.budgets[step].other_s.numpy() > 0.0  # the saved measurements came back
+    assert resumed.budgets[step].read()["steps"] == 3  # the figures saved with the checkpoint were folded
+    assert resumed.budgets[step].read()["step_ms"] > 0.0  # the saved measurements came back

@@ -98,13 +98,14 @@ def test_a_reset_restarts_the_link_budget_and_the_pacers_on_every_rank():
         step(batch(i))
     state = elastic.track(hvd.elastic.TensorFlowKerasState(model, opt), comp)
     (budget,) = comp.budgets.values()
-    assert budget.steps.numpy() == 4.0
+    assert budget.read()["steps"] >= 1
     pacers = [slot.pacer for slot in comp.memory.slots.values()]
     assert any(np.any(p.rate.numpy() != 0) for p in pacers)
     residual = residuals(comp)
     state.on_reset()
-    new = Budget(comp.density_ceiling)  # what a joining rank makes at its first step
-    assert [v.numpy() for v in budget.variables] == [v.numpy() for v in new.variables]
+    new = Budget()  # what a joining rank makes at its first step
+    assert budget.state.numpy().tolist() == new.state.numpy().tolist()
+    assert not budget.shared.numpy().any() and not any(s.numpy().any() for s in budget.stamps.values())
     for p in pacers:
         for var in (p.held, p.rate, p.age):
             np.testing.assert_array_equal(var.numpy(), 0)

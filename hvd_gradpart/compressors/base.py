@@ -18,12 +18,13 @@ import functools
 import logging
 import weakref
 
+from typing import NamedTuple
+
 import horovod.tensorflow as hvd
 import tensorflow as tf
 from horovod.tensorflow.compression import Compressor
 
-from hvd_gradpart import branch, exchange, fused, pacing
-from hvd_gradpart.budget import FIGURES
+from hvd_gradpart import exchange, fused
 from hvd_gradpart.memory import Memory, SharedWhileTracing, creating_slot_variables, function_graph
 
 _LOG = logging.getLogger("hvd_gradpart")
@@ -33,6 +34,24 @@ PER_TENSOR_HINT = (
     "hvd.DistributedOptimizer and all of a step's gradients travel in one collective")
 
 SPARSE_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+
+
+class Context(NamedTuple):
+    """What ``compress`` hands ``decompress`` for a gradient that went through the exchange."""
+
+    ticket: exchange.Ticket  # where its payload's gathered copies come from
+    original: tf.Tensor      # the gradient as Horovod handed it (shape, dtype)
+    mismatch: str            # the error when ranks disagree on it
+    encoding: str            # how its values travel
+    pacer: object            # its ``Pacer``, or None
+
+
+class Described(NamedTuple):
+    """How a sparsified gradient is named in errors and payload headers."""
+
+    what: str      # the gradient, for errors
+    header: int    # the digest every rank's payload header carries
+    mismatch: str  # the error when ranks disagree on it
 
 
 class _OnDefaultInstance:
@@ -169,11 +188,6 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         """The per-method state to store once ``indices`` were sent (default ``state``)."""
         return state
 
-    def link_budget(self, slot):
-        """The ``hvd_gradpart.budget.Budget`` that prices ``slot``'s step on the link, or None
-        (the default: a fixed selection rule, always sparse)."""
-        return None
-
     def inputs(self, slot, grad):
         """``{name: value}`` of the slot's per-method variables, as ``accumulate`` gets them."""
         return {name: v.value() for name, v in slot.state.items()}
@@ -182,7 +196,8 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
     def _sweep(self, residual, grad, state, plan):
         """``accumulate`` and the mask bytes: one compiled pass over the tensor."""
         acc, state = self.accumulate(residual, grad, state)
-        return acc, state, fused.mask_bytes(acc, self.mask(acc, grad, state, plan))
+        energy = tf.reduce_sum(tf.square(tf.cast(acc, tf.float32)))
+        return acc, state, fused.mask_bytes(acc, self.mask(acc, grad, state, plan)), energy
 
     def run_sweep(self, slot, grad, what="the gradient"):
         """Accumulates, prepares and finds the candidates; the ``fused.Swept``
@@ -195,14 +210,14 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         grad = self.transform(grad)
         residual, state = slot.residual.value(), self.inputs(slot, grad)
         plan = self.prepare(residual, grad, state, slot)
-        acc, state, marked = self._sweep(residual, grad, state, plan)
+        acc, state, marked, energy = self._sweep(residual, grad, state, plan)
         candidates = fused.compact(marked)
         check = tf.debugging.Assert(fused.finite(acc, candidates), [
             f"hvd_gradpart: {what} holds NaN or Inf (or overflows when added to its residual); "
             "its residual was left unchanged. Lower the learning rate or clip gradients"])
         with tf.control_dependencies([check]):
             gate = lambda x: tf.nest.map_structure(tf.identity, x)
-            return fused.Swept(gate(acc), gate(state), gate(candidates), plan)
+            return fused.Swept(gate(acc), gate(state), gate(candidates), plan, energy)
 
     def _store(self, slot, swept, indices, sent):
         """Error feedback: the residual keeps ``acc`` less what was ``sent``
@@ -226,59 +241,42 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
 
     @_OnDefaultInstance
     def compress(self, tensor):
-        """Selects, updates the residual, gathers; returns ``(marker, ctx)``. A method that
-        follows the link (``budget``) may instead hand Horovod the gradient and its marker."""
+        """Selects, updates the residual, gathers; returns ``(marker, Context)``."""
         if not self.sparsifies(tensor):
             return self._whole(tensor) if _travels_whole(tensor) else (tensor, None)
         slot = self.memory.slot(tensor, self.state_spec(), self.pace)
-        n = tensor.shape.num_elements()
+        described = self.describe(tensor, slot)
+        payload, _ = self._sparse(slot, tf.reshape(tensor, [-1]), described, exchange.queued() == 0)
+        ticket = exchange.enqueue(payload, described.header, described.what)
+        return exchange.marker(), Context(ticket, tensor, described.mismatch, self.value_encoding, slot.pacer)
+
+    def describe(self, tensor, slot):
+        """``Described`` of a sparsified gradient in ``slot``."""
         what = f"gradient {slot.key} ({tensor.dtype.name}{tensor.shape})"
         setting = f"{type(self).__name__}{self.settings()}"
-        header = exchange.digest(f"{n}/{tensor.dtype.name}/{setting}")
-        mismatch = (f"hvd_gradpart: ranks disagree on {what} under {setting}: every rank must build "
-                    "the same model and the same compressor settings")
-        grad = tf.reshape(tensor, [-1])
-        opens_group = exchange.queued() == 0
-        graph = function_graph()
-        budget = self.link_budget(slot) if graph is not None else None
-        if budget is None or tensor.dtype != exchange.MARKER_DTYPE:
-            payload = self._sparse(slot, grad, what, header, opens_group)
-            ticket = exchange.enqueue(payload, header, what)
-            return exchange.marker(), (ticket, tensor, mismatch, self.value_encoding, slot.pacer, None)
-        first = budget.starts(graph)
-        dense, figures = budget.begin(graph) if first else (budget.mode(), None)
-        tail = exchange.marker() if figures is None else tf.concat([exchange.marker(), figures], 0)
-        empty = tf.zeros([0], tf.uint8)
-        out, payload = budget.left(graph, branch.cond(
-            dense, lambda: (tf.concat([self._dense(slot, grad, budget), tail], 0), empty),
-            lambda: (tail, self._sparse(slot, grad, what, header, opens_group, budget))))
-        ticket = exchange.enqueue(payload, header, what, skip=dense)
-        return out, (ticket, tensor, mismatch, self.value_encoding, slot.pacer, (budget, graph, dense, first))
+        header = exchange.digest(f"{tensor.shape.num_elements()}/{tensor.dtype.name}/{setting}")
+        return Described(what, header, f"hvd_gradpart: ranks disagree on {what} under {setting}: every rank "
+                                       "must build the same model and the same compressor settings")
 
-    def _sparse(self, slot, grad, what, header, opens_group, budget=None):
-        """Selects, stores the residual and records; returns the payload to gather."""
+    def _sparse(self, slot, grad, described, opens_group):
+        """Selects, stores the residual and records. Returns the payload to gather and float64
+        counts: bytes sent, values sent, values the rule offered before its guards, the
+        accumulated values' energy, the sent values' energy and the least sent value squared."""
         n = grad.shape.num_elements()
-        swept = self.run_sweep(slot, grad, what)
+        swept = self.run_sweep(slot, grad, described.what)
         indices, diagnostics = self.select(swept, grad, slot)
-        encoded = exchange.encode(tf.gather(swept.acc, indices), indices, n, self.value_encoding, header)
+        values = tf.gather(swept.acc, indices)
+        encoded = exchange.encode(values, indices, n, self.value_encoding, described.header)
         self._store(slot, swept, indices, encoded.sent)
         sent = exchange.sent_bytes(encoded.payload, opens_group)
         slot.metrics.record(elements=n, dense_bytes=n * grad.dtype.size, sent_elements=tf.size(indices),
                             sent_bytes=sent, wire_format=encoded.format, **diagnostics)
-        if budget is not None:
-            budget.count(sent, tf.size(indices), n, offered=swept.candidates.count)
-        return encoded.payload
-
-    def _dense(self, slot, grad, budget):
-        """The gradient with its residual flushed into it (the residual is then zero): what a
-        dense step hands Horovod's allreduce; no compress pass, no selection."""
-        n = grad.shape.num_elements()
-        acc = grad + slot.residual.value()
-        slot.residual.assign(tf.zeros_like(acc), read_value=False)
-        slot.metrics.record(elements=n, dense_bytes=n * grad.dtype.size, sent_elements=n,
-                            sent_bytes=n * grad.dtype.size)
-        budget.count(n * grad.dtype.size, n, n)
-        return acc
+        squares = tf.square(tf.cast(values, tf.float64))
+        least = tf.reduce_min(squares)  # +inf when nothing was sent (then unused)
+        as64 = lambda x: tf.cast(x, tf.float64)
+        counts = tf.stack([as64(sent), as64(tf.size(indices)), as64(swept.candidates.count), as64(swept.energy),
+                           tf.reduce_sum(squares), least])
+        return encoded.payload, counts
 
     def _whole(self, tensor):
         """Queues every element of a small float tensor whose dtype is not the marker's."""
@@ -288,8 +286,8 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         encoded = exchange.encode(tf.reshape(tensor, [-1]), tf.range(n), n, "native", header)
         mismatch = (f"hvd_gradpart: ranks disagree on {what}: every rank must build the same model "
                     "and the same compressor settings")
-        return exchange.marker(), (exchange.enqueue(encoded.payload, header, what), tensor, mismatch, "native",
-                                   None, None)
+        return exchange.marker(), Context(exchange.enqueue(encoded.payload, header, what), tensor, mismatch,
+                                          "native", None)
 
     def _hint_if_per_tensor(self, reduced):
         """Logs ``PER_TENSOR_HINT`` once (rank 0) when a second gradient of one
@@ -310,26 +308,18 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         paced when the compressor paces); dense passes through."""
         if ctx is None:
             return tensor
-        ticket, original, mismatch, encoding, pacer, link = ctx
         self._hint_if_per_tensor(tensor)
-        n = original.shape.num_elements()
-        if link is None:
-            total = exchange.decode_sum(ticket.payloads(), n, original.dtype, encoding,
-                                        exchange.marker_scale(tensor), mismatch)
-        else:
-            budget, graph, dense, first = link
-            tensor, payloads = budget.arrived(graph, (tensor, ticket.payloads()))
-            tail = 1 + FIGURES if first else 1
-            marker = tensor[-tail:][:1]
-            total = branch.cond(dense, lambda: tensor[:n], lambda: exchange.decode_sum(
-                payloads, n, original.dtype, encoding, exchange.marker_scale(marker), mismatch))
-            if first:
-                update = budget.update(tensor[-FIGURES:], marker[0])
-                with tf.control_dependencies([update]):
-                    total = tf.identity(total)
-        if pacer is not None:
-            total = pacer.release(total)
-        return tf.reshape(total, original.shape)
+        n = ctx.original.shape.num_elements()
+        total = exchange.decode_sum(ctx.ticket.payloads(), n, ctx.original.dtype, ctx.encoding,
+                                    exchange.marker_scale(tensor), ctx.mismatch)
+        return self._finish(total, ctx)
+
+    @staticmethod
+    def _finish(total, ctx):
+        """The flat decoded sum, paced when the compressor paces, in the gradient's shape."""
+        if ctx.pacer is not None:
+            total = ctx.pacer.release(total)
+        return tf.reshape(total, ctx.original.shape)
 
 
 def _travels_whole(tensor):

@@ -28,15 +28,13 @@ import math
 import tensorflow as tf
 
 from hvd_gradpart import entropy, partition, stats
-from hvd_gradpart.budget import Budget
 from hvd_gradpart.compressors import topk
-from hvd_gradpart.compressors.base import SparseCompressor
-from hvd_gradpart.memory import function_graph
+from hvd_gradpart.compressors.linked import LinkAwareCompressor
 
 _SCALAR = lambda value: (lambda n, dtype: tf.constant(value, tf.float64))
 
 
-class GradPartCompressor(SparseCompressor):
+class GradPartCompressor(LinkAwareCompressor):
     """Adaptive gradient-partition compressor; no argument needs setting.
 
     Args:
@@ -52,17 +50,16 @@ class GradPartCompressor(SparseCompressor):
         entropy: ablation switch; False sends a fixed tail fraction
             ``fixed_density`` of the fitted distribution instead.
         predict: ablation switch; False uses each step's own fit.
-        follow_link: ablation switch; False prices a sent value in bytes
-            only (no shared price, never dense).
         fixed_density: tail fraction used when ``entropy`` is False.
         value_encoding: "fp16" (default: values travel as float16, what
             rounding removes stays in the residual) or "native".
-        **kwargs: see ``SparseCompressor``.
+        **kwargs: see ``LinkAwareCompressor`` (``follow_link``: ablation switch) and
+            ``SparseCompressor``.
     """
 
     def __init__(self, sample_size=4096, prediction_decay=0.9, margin=0.0,
                  density_floor=1e-4, density_ceiling=0.02, warmup_steps=0, fit=True, partition=True,
-                 entropy=True, predict=True, follow_link=True, fixed_density=1e-3, value_encoding="fp16",
+                 entropy=True, predict=True, fixed_density=1e-3, value_encoding="fp16",
                  **kwargs):
         super().__init__(value_encoding=value_encoding, **kwargs)
         _check("sample_size", sample_size, lambda v: isinstance(v, int) and v >= 16, "an int >= 16")
@@ -80,9 +77,7 @@ class GradPartCompressor(SparseCompressor):
         self.density_ceiling = density_ceiling
         self.warmup_steps = warmup_steps
         self.use_fit, self.use_partition, self.use_entropy = fit, partition, entropy
-        self.follow_link = bool(follow_link)
         self.fixed_density = fixed_density
-        self.budgets = {}  # one link budget per model's step (the slot keys' prefix)
 
     def state_spec(self):
         return {"mu": _SCALAR(0.0), "alpha": _SCALAR(1.0), "beta": _SCALAR(2.0), "steps": _SCALAR(0.0)}
@@ -115,17 +110,6 @@ class GradPartCompressor(SparseCompressor):
         tau_key = self.area_threshold(fit, key_size, price) if self.use_partition else tau_sparse
         return fit, key_size, edge, tau_key, tau_sparse
 
-    def link_budget(self, slot):
-        """The link budget of the step ``slot`` belongs to (each model's step its own), made on
-        first use; None with ``follow_link=False``."""
-        if not self.follow_link:
-            return None
-        step = slot.key.rsplit("/", 1)[0]
-        if step not in self.budgets:
-            with tf.init_scope():
-                self.budgets[step] = Budget(self.density_ceiling)
-        return self.budgets[step]
-
     def area_threshold(self, fit, size, price):
         """One area's threshold: entropy rule (a position's cost plus the link's price), or
         fixed tail when ablated."""
@@ -137,10 +121,8 @@ class GradPartCompressor(SparseCompressor):
         s = slot.state
         previous = stats.Fit(s["mu"].read_value(), s["alpha"].read_value(), s["beta"].read_value(),
                              tf.constant(stats.GAUSSIAN))
-        budget = self.link_budget(slot) if function_graph() is not None else None  # see hvd_gradpart.budget
-        price = budget.price.read_value() if budget is not None else tf.constant(0.0, tf.float64)
         return self.plan(stats.strided_sample(grad, self.sample_size), previous, s["steps"].read_value(),
-                         tf.constant(grad.shape.num_elements(), tf.float64), price)
+                         tf.constant(grad.shape.num_elements(), tf.float64), self.price(slot))
 
     def mask(self, acc, grad, state, plan):
         fit, _, edge, tau_key, tau_sparse = plan

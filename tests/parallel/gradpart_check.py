@@ -99,7 +99,8 @@ if args.compression != "none":
     else:
         link = summary["link"]
         print(f"LINK rank={RANK} {link}", flush=True)
-        check(link["steps"] == steps and math.isfinite(link["price_nats"]), f"link state {link}")
+        # a step's figures come back with the next step and are folded at the one after it
+        check(link["steps"] == steps - 2 and math.isfinite(link["price_nats"]), f"link state {link}")
         shared = [v for k, v in sorted(link.items()) if k not in ("density", "bytes_per_element")]  # rank-local
         assert_same_on_all_ranks([np.array(shared, np.float64)], "link state")
 

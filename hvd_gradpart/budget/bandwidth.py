@@ -1,0 +1,77 @@
+"""Bandwidth estimate: what a sent value costs on the link, and what a dense step would.
+
+A sparse collective costs a fixed part (Horovod's cycle, the latency and negotiation of its
+rounds) and a part that grows with the payload. Sparse steps fit a line ``link = fixed +
+values * c`` through their recent (values sent, link time) points, fading old ones: its
+slope ``c`` is a value's link time, which no single step can tell apart from the fixed part.
+While the values vary too little for a slope (or it does not rise), the estimate is what a
+step's link time adds beyond the least one seen (drifting up slowly), over its values: an
+upper bound, since the rounds themselves vary. Payloads too small to show read as free: the
+price then buys more, until they show or the density ceiling holds. A dense step is priced
+at what dense steps measured, else at the sparse estimate for every element's bytes.
+"""
+from hvd_gradpart.budget.clock import smoothed
+
+
+def observe_sparse(state, link_s, values, sent_bytes, config):
+    """Folds a sparse step's link time, values and bytes into ``state``."""
+    state.least_s = link_s if state.least_s <= 0.0 else min(link_s, config.least_drift * state.least_s)
+    seen = state.sparse_steps > 2
+    point = (1.0, values, link_s, values * values, values * link_s)
+    state.fit = [config.fading * m + p for m, p in zip(state.fit, point)] if seen else list(point)
+    state.payload_s = smoothed_raw(state.payload_s, max(link_s - state.least_s, 0.0), config, seen)
+    state.values = smoothed_raw(state.values, values, config, seen)
+    if values > 0.0:
+        state.value_bytes = smoothed(state.value_bytes, sent_bytes / values, config)
+
+
+def observe_dense(state, link_s, config):
+    """Folds a dense step's link time into ``state``."""
+    state.dense_link_s = smoothed_raw(state.dense_link_s, link_s, config, state.dense_steps > 2)
+
+
+def smoothed_raw(old, new, config, seen):
+    """An exponential average that starts at the first observation (``seen``: one came before)."""
+    return config.smoothing * old + (1 - config.smoothing) * new if seen else new
+
+
+def slope(state, config):
+    """The fitted line's slope (link seconds per value), or None while the values vary too
+    little to tell it from the fixed cost."""
+    w, v, l, vv, vl = state.fit
+    if w < config.fit_steps:
+        return None
+    mean_v, mean_l = v / w, l / w
+    spread = vv / w - mean_v ** 2
+    if spread <= 0.0 or spread < (config.fit_spread * mean_v) ** 2:
+        return None
+    return max((vl / w - mean_v * mean_l) / spread, 0.0)
+
+
+def told(state, config):
+    """Whether the payloads told a value's link time (a slope, or time beyond the least)."""
+    found = slope(state, config)
+    return (found is not None and found > 0.0) or state.payload_s > 0.0
+
+
+def value_s(state, config):
+    """Link seconds one more sent value costs: the fitted slope, else the payload's time
+    beyond the least over its values (0 while payloads are too small to show)."""
+    found = slope(state, config)
+    if found is not None:
+        return found
+    return state.payload_s / state.values if state.values > 0.0 else 0.0
+
+
+def dense_link_s(state, config):
+    """The link time of a dense step: measured, else the sparse estimate for every element;
+    while payloads tell nothing (no slope, nothing above the least), every element at the
+    payloads' own throughput (a lower bound of the bandwidth: no blind probe)."""
+    if state.dense_steps > 1:
+        return state.dense_link_s
+    if state.value_bytes <= 0.0 or state.values <= 0.0:
+        return float("inf")
+    per_value = value_s(state, config)
+    if per_value <= 0.0:
+        per_value = (state.least_s + state.payload_s) / state.values
+    return state.least_s + config.dense_bytes_per_element * state.elements * per_value / state.value_bytes

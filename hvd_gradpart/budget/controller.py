@@ -1,0 +1,121 @@
+"""The link budget's decisions from the figures every rank shares: pure Python, one place.
+
+``update`` takes one step's figures, averaged over ranks (``clock.step_figures`` on each
+rank, reduced through the marker) and returns the state with the next steps' price and mode.
+Every rank folds the same figures in the same order, so every rank decides alike. The state
+is a flat list of floats (``State.vector``) so it can live in one checkpointed variable.
+"""
+import dataclasses
+import math
+
+from hvd_gradpart.budget import bandwidth, mode, price
+from hvd_gradpart.budget.clock import smoothed
+
+
+@dataclasses.dataclass
+class State:
+    """What the controller knows; every field is a float (seconds, counts, nats)."""
+
+    step_id: float = 0.0        # the last step folded in (each is folded once)
+    price: float = 0.0          # nats added to every area's position cost
+    dense: float = 0.0          # 1: the next steps hand Horovod the gradient
+    sparse_steps: float = 0.0   # sparse steps seen (the first is not measured)
+    dense_steps: float = 0.0    # dense steps seen (the first is not measured)
+    sparse_s: float = 0.0       # a sparse step's wall time (smoothed)
+    dense_s: float = 0.0        # a dense step's wall time (smoothed, 0 until one ran)
+    other_s: float = 0.0        # a sparse step's time beside its exposed link time (smoothed)
+    compress_s: float = 0.0     # ... of which its compress passes (smoothed)
+    since_dense_s: float = 0.0  # sparse seconds since the last dense step (a probe's allowance)
+    least_s: float = 0.0        # the least sparse link time: a collective's fixed cost (drifting up)
+    payload_s: float = 0.0      # what a sparse payload adds to that (smoothed)
+    values: float = 0.0         # values a sparse step sends (smoothed)
+    value_bytes: float = 0.0    # bytes a sent value costs, all counted (smoothed)
+    dense_link_s: float = 0.0   # a dense step's link time (smoothed)
+    elements: float = 0.0       # elements a step exchanges
+    captured: float = 0.0       # share of the accumulated energy a sparse step sends (smoothed)
+    log_worth: float = 0.0      # the marginal value's log worth, last sparse step
+    kappa: float = 0.0          # the worth a value's link time asks for, last sparse step
+    fit: list = dataclasses.field(default_factory=lambda: [0.0] * 5)  # faded sums: 1, v, l, v*v, v*l
+
+    def vector(self):
+        scalars = [getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "fit"]
+        return [float(v) for v in scalars + list(self.fit)]
+
+    @classmethod
+    def of(cls, vector):
+        vector = [float(v) for v in vector]
+        return cls(*vector[:-5], fit=vector[-5:])
+
+
+def update(state, figures, config):
+    """``state`` after the shared ``figures`` of one step (``clock.step_figures``'s keys, plus
+    ``step_id``); a step already folded in, or one with no known duration, changes nothing
+    but the step id."""
+    if figures["step_id"] <= state.step_id:
+        return state
+    state = dataclasses.replace(state, step_id=figures["step_id"])
+    step_s, link_s = figures["step_s"], figures["link_s"]
+    if step_s <= 0.0 or figures["elements"] <= 0.0:
+        return state
+    state.elements = figures["elements"]
+    # a mode's first step also builds its branch (tracing, compiling): it is counted, not measured
+    if figures["dense"] > 0.5:
+        state.dense_steps += 1
+        state.since_dense_s = 0.0
+        if state.dense_steps > 1:
+            state.dense_s = smoothed(state.dense_s, step_s, config)
+            bandwidth.observe_dense(state, link_s, config)
+    else:
+        state.sparse_steps += 1
+        if state.sparse_steps > 1:
+            fold_sparse(state, figures, config)
+    state.dense = 1.0 if dense_next(state, config) else 0.0
+    return state
+
+
+def dense_next(state, config):
+    """The next steps' mode. A mode holds until a step of its own was measured (the first only
+    builds its branch). A dense step is priced at what dense steps measured, else at the
+    bandwidth sparse steps measured (``bandwidth.dense_link_s``) with the step's own work
+    less its compress passes. While payloads are too small to tell the bandwidth, a dense
+    step that would win at no byte cost is tried once (a probe), when even at the payloads'
+    own throughput it costs at most ``probe_share`` of the sparse time so far."""
+    dense_now = state.dense > 0.5
+    if (state.dense_steps <= 1 and dense_now) or (state.sparse_steps <= config.fit_steps and not dense_now):
+        return dense_now
+    if state.dense_steps > 1:
+        return mode.dense_next(dense_now, state.dense_s, state.sparse_s, config)
+    work = max(state.other_s - state.compress_s, 0.0)
+    if bandwidth.told(state, config):
+        return mode.dense_next(dense_now, work + bandwidth.dense_link_s(state, config), state.sparse_s, config)
+    at_best = work + state.least_s
+    at_worst = work + bandwidth.dense_link_s(state, config)
+    return (mode.dense_next(dense_now, at_best, state.sparse_s, config)
+            and at_worst <= config.probe_share * state.since_dense_s)
+
+
+def fold_sparse(state, figures, config):
+    """Folds a sparse step's figures into ``state`` and moves the price."""
+    step_s, link_s = figures["step_s"], figures["link_s"]
+    state.since_dense_s += step_s
+    state.sparse_s = smoothed(state.sparse_s, step_s, config)
+    state.other_s = smoothed(state.other_s, max(step_s - link_s, 0.0), config)
+    state.compress_s = smoothed(state.compress_s, min(figures["compress_s"], max(step_s - link_s, 0.0)), config)
+    bandwidth.observe_sparse(state, link_s, figures["values"], figures["sent_bytes"], config)
+    state.captured = bandwidth.smoothed_raw(state.captured, figures["captured"], config, state.sparse_steps > 2)
+    if figures["values"] > 0.0:
+        state.log_worth = figures["log_worth"]
+        state.kappa = price.kappa(state.elements, bandwidth.value_s(state, config), state.captured, state.sparse_s)
+        state.price = price.moved(state.price, state.log_worth, state.kappa, config,
+                                  capped=figures["offered"] / figures["values"])
+
+
+def report(state, config):
+    """The state as a dict for logs (times in ms, bandwidth in MB/s)."""
+    per_value = bandwidth.value_s(state, config)
+    return {"dense": state.dense > 0.5, "price_nats": state.price, "steps": int(state.step_id),
+            "step_ms": 1e3 * state.sparse_s, "dense_step_ms": 1e3 * state.dense_s,
+            "other_ms": 1e3 * state.other_s, "fixed_ms": 1e3 * state.least_s, "values": state.values,
+            "bandwidth_MBps": state.value_bytes / per_value / 1e6 if per_value > 0.0 else math.inf,
+            "captured": state.captured, "log_worth": state.log_worth,
+            "log_kappa": math.log(state.kappa) if state.kappa > 0.0 else -math.inf}

@@ -1,0 +1,122 @@
+"""A sparse method that follows the link: its step's size and mode come from ``hvd_gradpart.budget``.
+
+On top of the shared exchange, each gradient's ``compress`` asks the budget's call-time
+value for the step's mode: sparse (the selection rule, with the budget's price added to its
+position costs) or dense (the gradient, with ``config.drain`` of its residual flushed in,
+handed to Horovod's allreduce with its marker). The first gradient's marker also carries
+this rank's figures of the last step, and its ``decompress`` keeps what came back (the
+means over ranks). Each gradient stamps its own times and counts. Nothing here writes a
+variable that another gradient's branch touches.
+"""
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from hvd_gradpart import branch, exchange
+from hvd_gradpart.budget import FIGURES, Budget
+from hvd_gradpart.compressors.base import Context, SparseCompressor, _OnDefaultInstance
+from hvd_gradpart.memory import called_at_call_time, function_graph
+
+
+class LinkContext(NamedTuple):
+    """What ``compress`` hands ``decompress`` for a gradient whose step follows the link."""
+
+    context: Context  # as for any sparse gradient
+    budget: Budget    # the step's budget
+    key: str          # the gradient's slot key
+    dense: tf.Tensor  # bool: this step hands Horovod the gradient
+    first: bool       # its marker carries the step's figures
+
+
+class LinkAwareCompressor(SparseCompressor):
+    """``SparseCompressor`` whose step follows the link (one ``Budget`` per model's step).
+
+    Args:
+        follow_link: False keeps every step sparse at the selection rule's own density
+            (no price, never dense).
+        **kwargs: see ``SparseCompressor``.
+    """
+
+    def __init__(self, follow_link=True, **kwargs):
+        super().__init__(**kwargs)
+        self.follow_link = bool(follow_link)
+        self.budgets = {}  # one link budget per model's step (the slot keys' prefix)
+
+    def link_budget(self, slot):
+        """The budget of the step ``slot`` belongs to, made on first use; None when not
+        following the link, outside a traced function, or where the budget's call-time value
+        cannot reach (``memory.called_at_call_time``)."""
+        if not self.follows(function_graph()):
+            return None
+        step = slot.key.rsplit("/", 1)[0]
+        if step not in self.budgets:
+            with tf.init_scope():
+                self.budgets[step] = Budget()
+        return self.budgets[step]
+
+    def follows(self, graph):
+        """Whether a step traced in ``graph`` follows the link (else it stays sparse at the rule's
+        own density: eager, or traced where no call-time value reaches)."""
+        return self.follow_link and graph is not None and called_at_call_time()
+
+    def price(self, slot):
+        """The link's price of a sent value for ``slot``'s step (nats, float64; 0 when none)."""
+        budget = self.link_budget(slot)
+        return budget.now()[1] if budget is not None else tf.constant(0.0, tf.float64)
+
+    @_OnDefaultInstance
+    def compress(self, tensor):
+        """As ``SparseCompressor.compress``, or the gradient itself on a dense step."""
+        graph = function_graph()
+        if not self.follows(graph) or not self.sparsifies(tensor) or tensor.dtype != exchange.MARKER_DTYPE:
+            return super().compress(tensor)
+        slot = self.memory.slot(tensor, self.state_spec(), self.pace)
+        budget = self.link_budget(slot)
+        now, first = budget.now(), budget.first(graph, slot.key)
+        dense = now[0] > 0.5
+        described = self.describe(tensor, slot)
+        grad = tf.reshape(tensor, [-1])
+        with tf.control_dependencies([grad]):
+            began = tf.timestamp()
+        tail = tf.concat([exchange.marker(), tf.cast(now[2:], exchange.MARKER_DTYPE)], 0) if first else exchange.marker()
+        opens_group = exchange.queued() == 0
+
+        def sparse():
+            payload, counts = self._sparse(slot, grad, described, opens_group)
+            return tail, payload, counts
+
+        out, payload, counts = branch.cond(dense, lambda: self._dense(slot, grad, tail, budget), sparse)
+        ticket = exchange.enqueue(payload, described.header, described.what, skip=dense)
+        out = budget.left(slot.key, began, out, counts, dense, grad.shape.num_elements())
+        context = Context(ticket, tensor, described.mismatch, self.value_encoding, slot.pacer)
+        return out, LinkContext(context, budget, slot.key, dense, first)
+
+    def _dense(self, slot, grad, tail, budget):
+        """A dense step's output: the gradient with ``drain`` of its residual flushed in (the
+        rest drains on later steps, so a stale residual never hits the optimizer at once),
+        then ``tail``; no payload; its counts."""
+        n = grad.shape.num_elements()
+        residual = slot.residual.value()
+        flushed = budget.config.drain * residual
+        slot.residual.assign(residual - flushed, read_value=False)
+        dense_bytes = n * grad.dtype.size
+        slot.metrics.record(elements=n, dense_bytes=dense_bytes, sent_elements=n, sent_bytes=dense_bytes)
+        counts = tf.constant([float(dense_bytes), n, n, 0.0, 0.0, 0.0], tf.float64)
+        return tf.concat([grad + flushed, tail], 0), tf.zeros([0], tf.uint8), counts
+
+    @_OnDefaultInstance
+    def decompress(self, tensor, ctx):
+        """As ``SparseCompressor.decompress``; a dense step's sum passes through."""
+        if not isinstance(ctx, LinkContext):
+            return super().decompress(tensor, ctx)
+        self._hint_if_per_tensor(tensor)
+        context, n = ctx.context, ctx.context.original.shape.num_elements()
+        tensor, payloads = ctx.budget.arrived(ctx.key, (tensor, context.ticket.payloads()))
+        tail = 1 + FIGURES if ctx.first else 1
+        marker = tensor[-tail:][:1]
+        total = branch.cond(ctx.dense, lambda: tensor[:n], lambda: exchange.decode_sum(
+            payloads, n, context.original.dtype, context.encoding, exchange.marker_scale(marker), context.mismatch))
+        if ctx.first:
+            with tf.control_dependencies([ctx.budget.brought(tensor[-FIGURES:], marker[0])]):
+                total = tf.identity(total)
+        return self._finish(total, context)
