@@ -65,8 +65,13 @@ class Budget(tf.Module):
         self._last_began, self._step = 0.0, 0
 
     def read(self):
-        """The controller's state as a dict of Python values (for logs)."""
-        return controller.report(controller.State.of(self.state.numpy()), self.config)
+        """The controller's state as a dict of Python values (for logs), with this rank's
+        density and bytes per element of its last step."""
+        rows = [s.numpy() for s in self.stamps.values()]
+        elements = sum(r[6] for r in rows)
+        local = {"density": sum(r[4] for r in rows) / elements if elements else 0.0,
+                 "bytes_per_element": sum(r[3] for r in rows) / elements if elements else 0.0}
+        return {**controller.report(controller.State.of(self.state.numpy()), self.config), **local}
 
     # At call time (eager, before each run of the traced step) ------------------------------
 

@@ -27,7 +27,7 @@ def observe_sparse(state, link_s, values, sent_bytes, config):
 
 def observe_dense(state, link_s, config):
     """Folds a dense step's link time into ``state``."""
-    state.dense_link_s = smoothed_raw(state.dense_link_s, link_s, config, state.dense_steps > 2)
+    state.dense_link_s = smoothed_raw(state.dense_link_s, link_s, config, state.dense_steps > 1)
 
 
 def smoothed_raw(old, new, config, seen):
@@ -63,15 +63,13 @@ def value_s(state, config):
     return state.payload_s / state.values if state.values > 0.0 else 0.0
 
 
-def dense_link_s(state, config):
-    """The link time of a dense step: measured, else the sparse estimate for every element;
-    while payloads tell nothing (no slope, nothing above the least), every element at the
-    payloads' own throughput (a lower bound of the bandwidth: no blind probe)."""
-    if state.dense_steps > 1:
+def dense_link_s(state, config, lower_bound=False):
+    """The link time of a dense step: measured, else every element's bytes at the bandwidth
+    the sparse steps tell or, with ``lower_bound``, at their payloads' own throughput (their
+    whole link time counted as payload: a dense step cannot be slower)."""
+    if state.dense_steps >= 1:
         return state.dense_link_s
     if state.value_bytes <= 0.0 or state.values <= 0.0:
         return float("inf")
-    per_value = value_s(state, config)
-    if per_value <= 0.0:
-        per_value = (state.least_s + state.payload_s) / state.values
+    per_value = (state.least_s + state.payload_s) / state.values if lower_bound else value_s(state, config)
     return state.least_s + config.dense_bytes_per_element * state.elements * per_value / state.value_bytes

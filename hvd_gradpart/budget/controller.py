@@ -20,7 +20,7 @@ class State:
     price: float = 0.0          # nats added to every area's position cost
     dense: float = 0.0          # 1: the next steps hand Horovod the gradient
     sparse_steps: float = 0.0   # sparse steps seen (the first is not measured)
-    dense_steps: float = 0.0    # dense steps seen (the first is not measured)
+    dense_steps: float = 0.0    # dense steps seen
     sparse_s: float = 0.0       # a sparse step's wall time (smoothed)
     dense_s: float = 0.0        # a dense step's wall time (smoothed, 0 until one ran)
     other_s: float = 0.0        # a sparse step's time beside its exposed link time (smoothed)
@@ -58,13 +58,12 @@ def update(state, figures, config):
     if step_s <= 0.0 or figures["elements"] <= 0.0:
         return state
     state.elements = figures["elements"]
-    # a mode's first step also builds its branch (tracing, compiling): it is counted, not measured
+    # a sparse step's first also builds its branch (tracing, compiling): it is counted, not measured
     if figures["dense"] > 0.5:
         state.dense_steps += 1
         state.since_dense_s = 0.0
-        if state.dense_steps > 1:
-            state.dense_s = smoothed(state.dense_s, step_s, config)
-            bandwidth.observe_dense(state, link_s, config)
+        state.dense_s = smoothed(state.dense_s, step_s, config)
+        bandwidth.observe_dense(state, link_s, config)
     else:
         state.sparse_steps += 1
         if state.sparse_steps > 1:
@@ -74,24 +73,22 @@ def update(state, figures, config):
 
 
 def dense_next(state, config):
-    """The next steps' mode. A mode holds until a step of its own was measured (the first only
-    builds its branch). A dense step is priced at what dense steps measured, else at the
-    bandwidth sparse steps measured (``bandwidth.dense_link_s``) with the step's own work
-    less its compress passes. While payloads are too small to tell the bandwidth, a dense
-    step that would win at no byte cost is tried once (a probe), when even at the payloads'
-    own throughput it costs at most ``probe_share`` of the sparse time so far."""
+    """The next steps' mode. A mode holds until a step of its own was measured (a sparse step's
+    first only builds its branch). A dense step is priced at what dense steps measured. Before
+    one did, a dense step is tried (a probe, two steps: its figures come back a step late) only
+    when it would win at the bandwidth the sparse steps tell (at no byte cost while they tell
+    nothing), and even at their own throughput (a lower bound of the bandwidth) the probe
+    costs at most ``probe_share`` of the sparse time so far."""
     dense_now = state.dense > 0.5
-    if (state.dense_steps <= 1 and dense_now) or (state.sparse_steps <= config.fit_steps and not dense_now):
+    if (state.dense_steps < 1 and dense_now) or (state.sparse_steps <= config.fit_steps and not dense_now):
         return dense_now
-    if state.dense_steps > 1:
+    if state.dense_steps >= 1:
         return mode.dense_next(dense_now, state.dense_s, state.sparse_s, config)
     work = max(state.other_s - state.compress_s, 0.0)
-    if bandwidth.told(state, config):
-        return mode.dense_next(dense_now, work + bandwidth.dense_link_s(state, config), state.sparse_s, config)
-    at_best = work + state.least_s
-    at_worst = work + bandwidth.dense_link_s(state, config)
-    return (mode.dense_next(dense_now, at_best, state.sparse_s, config)
-            and at_worst <= config.probe_share * state.since_dense_s)
+    told = bandwidth.dense_link_s(state, config) if bandwidth.told(state, config) else state.least_s
+    at_worst = work + bandwidth.dense_link_s(state, config, lower_bound=True)
+    return (mode.dense_next(dense_now, work + told, state.sparse_s, config)
+            and 2 * at_worst <= config.probe_share * state.since_dense_s)
 
 
 def fold_sparse(state, figures, config):
