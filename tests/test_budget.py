@@ -93,12 +93,16 @@ def test_the_price_moves_toward_the_marginal_value_s_worth_and_no_faster_than_it
     assert feed.state.price > 0.0
 
 
-def test_the_ceiling_holding_raises_the_price_instead_of_winding_it_down():
+def test_the_ceiling_holding_stops_the_price_before_the_offer_runs_away():
     feed = Feeder()
     for _ in range(200):  # the rule offers 5x what the ceiling lets through; every value is worth it
         feed(*sparse_step(1e10, 20_000), values=20_000, offered=100_000, log_worth=5.0)
     assert feed.state.price > -DEFAULT.price_limit + 1.0
     assert feed.state.price == pytest.approx(DEFAULT.price_limit)  # nothing more to buy: it rises
+    held = Feeder()
+    for _ in range(50):  # 2x the ceiling on offer: the price holds where it is
+        held(*sparse_step(1e10, 20_000), values=20_000, offered=40_000, log_worth=5.0)
+    assert held.state.price == 0.0
 
 
 def test_a_slow_link_never_goes_dense_not_even_to_probe():

@@ -13,7 +13,8 @@ class Config(NamedTuple):
     fit_spread: float = 0.25      # ... and the spread of their values (std over mean), for a slope
     gain: float = 1.0             # price move (nats) per e-fold of a marginal value's worth over its time
     max_move: float = 0.25        # the most the price moves in one step, nats: density changes smoothly
-    capped_at: float = 1.1        # offered over sent values beyond which the ceiling holds (the price rises)
+    capped_at: float = 1.1        # offered over sent values beyond which the ceiling holds ...
+    offer_limit: float = 3.0      # ... and beyond which the price rises (each candidate costs a compaction)
     price_limit: float = 20.0     # the price stays in [-limit, +limit] nats (a position among 1e8 costs 18.4)
     sparse_worth: float = 0.8     # a sparse step's progress, as a share of a dense one's, for the mode choice
     hysteresis: float = 1.2       # a mode is left only once the other wins by this factor

@@ -12,9 +12,11 @@ price falls), one too low sends values whose time buys less than the step's aver
 rises). A residual that piles up (late training, a plateau) lowers ``P`` and so ``kappa``:
 the price falls and more travels; a gradient whose energy sits in few values keeps it
 high. The move is ``gain`` nats per e-fold of the gap, at most ``max_move`` a step. Where
-the density ceiling holds, what the rule offers beyond it cannot travel: the price then
-rises toward the ceiling (by the e-folds of the offer over what was sent), so the rule
-never offers far more than is sent (each candidate costs the step a compaction).
+the density ceiling holds (the rule offered more than ``capped_at`` times what was sent) and
+values are still worth their time, the price holds: the ceiling's share then travels every
+step (its largest candidates), not a full step and a light one by turns, as error feedback
+makes of a rule held at its bound. It rises only while the offer exceeds ``offer_limit``
+times what was sent (each candidate costs the step a compaction).
 """
 import math
 
@@ -24,8 +26,8 @@ def moved(price, log_worth, kappa, config, capped=1.0):
     and the values the rule offered over those sent (``capped`` > 1: the ceiling held)."""
     gap = log_worth - math.log(kappa) if kappa > 0.0 else float("inf")
     step = -config.gain * gap
-    if capped > config.capped_at:
-        step = config.gain * math.log(capped)
+    if capped > config.capped_at and step < 0.0:
+        step = config.gain * max(math.log(capped / config.offer_limit), 0.0)
     step = max(-config.max_move, min(config.max_move, step))
     return max(-config.price_limit, min(config.price_limit, price + step))
 
