@@ -1,4 +1,4 @@
-"""The exponent g of the link budget (``hvd_gradpart.budget.EXPONENT``), fitted on Top-k's frontier.
+"""The exponent g of progress per step ~ density**g, fitted on Top-k's frontier (the earlier link budget's constant).
 
     python -m benchmarks.exponent benchmarks/results/simulate/frontier-mlp.jsonl \
         benchmarks/results/simulate/frontier-lenet5.jsonl

@@ -19,11 +19,12 @@ class Feeder:
 
     def __call__(self, step_s, link_s, values=0.0, dense=False, offered=None, captured=0.1, log_worth=1.0,
                  compress_s=0.0):
+        capped = (values if offered is None else offered) / values if values else 1.0
         self.step += 1
         self.state = controller.update(self.state, {
             "step_id": self.step, "step_s": step_s, "link_s": link_s, "compress_s": compress_s,
             "dense": 1.0 if dense else 0.0,
-            "sent_bytes": values * VALUE_BYTES, "values": values, "offered": values if offered is None else offered,
+            "sent_bytes": values * VALUE_BYTES, "values": values, "capped": capped,
             "elements": self.elements, "captured": captured, "log_worth": log_worth}, DEFAULT)
         return self.state
 
@@ -46,7 +47,7 @@ def test_a_step_already_folded_in_changes_nothing():
     before = feed.state
     again = controller.update(before, {"step_id": feed.step, "step_s": 9.0, "link_s": 9.0, "compress_s": 0.0,
                                        "dense": 1.0,
-                                       "sent_bytes": 0.0, "values": 0.0, "offered": 0.0, "elements": 1.0,
+                                       "sent_bytes": 0.0, "values": 0.0, "capped": 1.0, "elements": 1.0,
                                        "captured": 0.0, "log_worth": 0.0}, DEFAULT)
     assert again == before
 
@@ -168,7 +169,7 @@ def test_an_evaluation_pause_does_not_swing_the_step_time():
 def test_the_link_time_is_the_last_rank_s_not_the_wait_of_the_first():
     # rank 0 reached the collective 45 ms early (its peer computed longer): link 50 ms and 5 ms
     ranks = [clock.carried(7, {"step_s": 0.07, "link_s": link, "compress_s": 0.01, "dense": 0.0, "sent_bytes": 1.0, "values": 1.0,
-                               "offered": 1.0, "elements": 10.0, "captured": 0.5, "log_worth": 1.0})
+                               "capped": 1.0, "elements": 10.0, "captured": 0.5, "log_worth": 1.0})
              for link in (0.05, 0.005)]
     means = np.mean(np.array(ranks), axis=0).tolist()
     shared = clock.shared_figures(means)
@@ -182,7 +183,8 @@ def test_a_rank_s_step_figures_come_from_every_gradient_s_stamps():
     began, f = clock.step_figures(raw, last_began=9.95)
     assert began == 10.0 and f["step_s"] == pytest.approx(0.05) and f["compress_s"] == pytest.approx(0.04)
     assert f["link_s"] == pytest.approx(10.05 - 10.03)  # the last arrival after the last hand-over
-    assert f["values"] == 110 and f["offered"] == 130 and f["elements"] == 4000
+    assert f["values"] == 110 and f["elements"] == 4000
+    assert f["capped"] == pytest.approx((120 / 100) ** 0.25)  # the large tensor was not capped
     assert f["captured"] == pytest.approx((1000 * 0.2 + 3000 * 0.1) / 4000)
     worth = (1000 * math.log(0.2 * 1000 / 50.0) + 3000 * math.log(0.1 * 3000 / 30.0)) / 4000
     assert f["log_worth"] == pytest.approx(worth)

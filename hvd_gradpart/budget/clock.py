@@ -22,8 +22,10 @@ def step_figures(raw, last_began):
 
     Returns:
         ``(began, figures)``: this step's first ``began``, and ``{step_s, link_s, compress_s,
-        dense, sent_bytes, values, offered, elements, captured, log_worth}`` (``step_s`` 0 when
-        unknown; ``compress_s`` the compress passes' time, summed over gradients).
+        dense, sent_bytes, values, capped, elements, captured, log_worth}`` (``step_s`` 0 when
+        unknown; ``compress_s`` the compress passes' time, summed over gradients; ``capped``
+        the values offered over those sent, a geometric mean over gradients by size: the
+        ceiling holds for the bulk of the gradient when it is well above 1).
     """
     began = min(r[0] for r in raw)
     link_s = max(0.0, max(r[2] for r in raw) - max(r[1] for r in raw))
@@ -34,10 +36,11 @@ def step_figures(raw, last_began):
     captured = sum(r[6] * min(r[8] / r[7], 1.0) for r in energetic) / weight if weight else 0.0
     log_worth = (sum(r[6] * math.log(max(r[9] * r[6] / r[7], 1e-30)) for r in energetic) / weight
                  if weight else 0.0)
+    capped = math.exp(sum(r[6] * math.log(max(r[5], r[4]) / r[4]) for r in energetic) / weight) if weight else 1.0
     return began, {"step_s": began - last_began if last_began > 0.0 else 0.0, "link_s": link_s,
                    "compress_s": sum(max(r[1] - r[0], 0.0) for r in raw),
                    "dense": 1.0 if any(r[10] > 0.5 for r in raw) else 0.0, "sent_bytes": total(3),
-                   "values": total(4), "offered": total(5), "elements": elements, "captured": captured,
+                   "values": total(4), "capped": capped, "elements": elements, "captured": captured,
                    "log_worth": log_worth}
 
 
@@ -50,7 +53,7 @@ def smoothed(old, new, config):
 
 
 CARRIED = ("valid", "step_id", "step_s", "link_s", "link_sq", "compress_s", "dense", "sent_bytes", "values",
-           "offered", "elements", "captured", "log_worth")
+           "capped", "elements", "captured", "log_worth")
 
 
 def carried(step_id, figures):

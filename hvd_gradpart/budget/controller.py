@@ -104,7 +104,7 @@ def fold_sparse(state, figures, config):
         state.log_worth = figures["log_worth"]
         state.kappa = price.kappa(state.elements, bandwidth.value_s(state, config), state.captured, state.sparse_s)
         state.price = price.moved(state.price, state.log_worth, state.kappa, config,
-                                  capped=figures["offered"] / figures["values"])
+                                  capped=figures["capped"])
 
 
 def report(state, config):

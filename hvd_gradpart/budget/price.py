@@ -12,7 +12,8 @@ price falls), one too low sends values whose time buys less than the step's aver
 rises). A residual that piles up (late training, a plateau) lowers ``P`` and so ``kappa``:
 the price falls and more travels; a gradient whose energy sits in few values keeps it
 high. The move is ``gain`` nats per e-fold of the gap, at most ``max_move`` a step. Where
-the density ceiling holds (the rule offered more than ``capped_at`` times what was sent) and
+the density ceiling holds for the bulk of the gradient (the rule offered more than
+``capped_at`` times what was sent, a geometric mean over tensors by size) and
 values are still worth their time, the price holds: the ceiling's share then travels every
 step (its largest candidates), not a full step and a light one by turns, as error feedback
 makes of a rule held at its bound. It rises only while the offer exceeds ``offer_limit``
@@ -23,7 +24,8 @@ import math
 
 def moved(price, log_worth, kappa, config, capped=1.0):
     """The next price, from the marginal value's log worth and the time it costs (``kappa``),
-    and the values the rule offered over those sent (``capped`` > 1: the ceiling held)."""
+    and the values the rule offered over those sent (``capped`` > 1: the ceiling held; a
+    geometric mean over the gradients by size)."""
     gap = log_worth - math.log(kappa) if kappa > 0.0 else float("inf")
     step = -config.gain * gap
     if capped > config.capped_at and step < 0.0:
