@@ -50,3 +50,24 @@ def test_the_link_budget_is_restored_with_the_residuals(tmp_path):
     assert list(resumed.budgets) == [step]
     assert resumed.budgets[step].read()["steps"] == 3  # the figures saved with the checkpoint were folded
     assert resumed.budgets[step].read()["step_ms"] > 0.0  # the saved measurements came back
+
+
+def test_a_dense_step_hands_over_the_gradient_with_a_quarter_of_the_residual():
+    from hvd_gradpart.budget import controller
+
+    comp = GradPartCompressor()
+    step = tf.function(lambda g: comp.decompress(*comp.compress(g)))
+    for s in range(3):  # sparse steps leave a residual
+        step(grads(s))
+    (budget,) = comp.budgets.values()
+    slot = next(iter(comp.memory.slots.values()))
+    residual = slot.residual.numpy()
+    assert np.any(residual)
+    # a link where dense steps were measured far faster than sparse ones: the next step is dense
+    state = controller.State.of(budget.state.numpy())
+    state.dense, state.dense_steps, state.dense_s, state.sparse_s = 1.0, 5.0, 1e-6, 1.0
+    budget.state.assign(state.vector())
+    out = step(grads(3)).numpy()
+    np.testing.assert_allclose(out, grads(3).numpy() + 0.25 * residual, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(slot.residual.numpy(), 0.75 * residual, rtol=1e-6)  # nothing lost
+    assert budget.read()["dense"]
