@@ -62,9 +62,7 @@ def train(name):
     batches = (tf.data.Dataset.from_tensor_slices((x_train, y_train))
                .shuffle(len(x_train), seed=args.seed + hvd.rank()).repeat().batch(args.batch_size))
     model = build_model()
-    # GradPart paces its deliveries for an adaptive optimizer (docs/algorithm.md, Pacing).
-    paced = name == "gradpart" and args.optimizer != "sgd"
-    compression = get_compressor(name, **({"pace": True} if paced else {}))
+    compression = get_compressor(name)  # its defaults, whatever the optimizer
 
     # Horovod: scale the learning rate by the number of workers.
     scaled_lr = args.lr * hvd.size()
