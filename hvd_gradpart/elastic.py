@@ -8,16 +8,14 @@ new ones included. A compressor holds two kinds of state. *Rank-local*: each
 rank's residuals (the gradient mass it has not sent yet) and per-gradient
 method state (GradPart's predicted fit and step count), made from its own
 gradients. *Shared*: what every rank derives from the same gathered sums and
-must hold alike, the link budget (``hvd_gradpart.budget``) and the pacing
-state (``hvd_gradpart.pacing``). ``track`` adds the rank-local state to the
+must hold alike, the link budget (``hvd_gradpart.budget``). ``track`` adds the rank-local state to the
 commit: a ``restore`` puts every residual back to its value at the same commit
 as the weights, and a residual made since that commit back to zero, so no
 step's gradient is applied twice (once through the restored weights' steps
 that are re-run, once more through a newer residual). On every reset the
 shared state restarts on every rank: the budget measures the links again
-(they are not the links it measured) and the pacers drop what they held, so
-that surviving ranks and joining ones, which build theirs fresh on their first
-step, hold the same state.
+(they are not the links it measured), so that surviving ranks and joining
+ones, which build theirs fresh on their first step, hold the same state.
 
 What a reset means for the gradient: a rank that leaves takes its residuals
 with it, mass that was delayed and is now lost (``unsent_norm`` measures it;
@@ -46,7 +44,6 @@ from horovod.common.exceptions import HorovodInternalError
 
 from hvd_gradpart.budget import Budget
 from hvd_gradpart.metrics import resolve
-from hvd_gradpart.pacing import Pacer
 
 ATTRIBUTE = "_gradient_compression_states"
 COLLECTIVE = re.compile(r"Horovod(Grouped)?(Allreduce|Allgather|Broadcast|Alltoall|Reducescatter)")
@@ -78,9 +75,9 @@ class CompressorState:
                 var.assign(value)
 
     def restart_shared(self):
-        """Restarts every link budget and pacer of the compressor (at a reset, on every rank)."""
+        """Restarts every link budget of the compressor (at a reset, on every rank)."""
         for module in self.compressor.submodules:
-            if isinstance(module, (Budget, Pacer)):
+            if isinstance(module, Budget):
                 module.restart()
 
 

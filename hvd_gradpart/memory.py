@@ -51,7 +51,6 @@ from tensorflow.python.ops.resource_variable_ops import default_variable_creator
 import tensorflow as tf
 
 from hvd_gradpart.metrics import TensorMetrics
-from hvd_gradpart.pacing import Pacer
 
 _BRANCH_GRAPHS = ("CondBranchFuncGraph", "WhileCondFuncGraph", "WhileBodyFuncGraph")
 
@@ -155,12 +154,11 @@ def _clean(name):
 
 
 class Slot(tf.Module):
-    """State of one gradient: its residual, any per-method variables and,
-    when the compressor paces, its ``Pacer`` (else None)."""
+    """State of one gradient: its residual and any per-method variables."""
 
     _TF_MODULE_IGNORED_PROPERTIES = tf.Module._TF_MODULE_IGNORED_PROPERTIES | {"_state_spec"}
 
-    def __init__(self, key, shape, dtype, state_spec, paced=False):
+    def __init__(self, key, shape, dtype, state_spec):
         super().__init__(name=None)
         self.key = key
         self.shape = tf.TensorShape(shape)
@@ -169,7 +167,6 @@ class Slot(tf.Module):
         self.residual = tf.Variable(tf.zeros([n], dtype), trainable=False, name="residual")
         self.state = {name: tf.Variable(init(n, dtype), trainable=False, name=name)
                       for name, init in state_spec.items()}
-        self.pacer = Pacer(n, dtype) if paced else None
         self.metrics = TensorMetrics()
 
     def rank_local(self):
@@ -256,8 +253,8 @@ class Memory(tf.Module):
             self._guard(graph, name, step, runner)
         return f"{name}/{k}"
 
-    def slot(self, tensor, state_spec=None, paced=False):
-        """The slot for ``tensor``, created on first use (with a ``Pacer`` when ``paced``).
+    def slot(self, tensor, state_spec=None):
+        """The slot for ``tensor``, created on first use.
 
         Raises:
             ValueError: a retrace handed this call position a gradient of a
@@ -269,7 +266,7 @@ class Memory(tf.Module):
         found = self.slots.get(key)
         if found is None:
             with tf.init_scope(), creating_slot_variables():
-                found = Slot(key, tensor.shape, tensor.dtype, state_spec or {}, paced)
+                found = Slot(key, tensor.shape, tensor.dtype, state_spec or {})
                 self.slots[key] = found
         elif found.shape != tensor.shape or found.residual.dtype != tensor.dtype:
             raise ValueError(

@@ -41,8 +41,7 @@ def test_all_zero_gradient_sends_nothing_harmful():
                                   lambda: TopKCompressor(min_elements=-1),
                                   lambda: TopKCompressor(value_encoding="int4"),
                                   lambda: GradPartCompressor(prediction_decay=1.0),
-                                  lambda: GradPartCompressor(density_floor=0.5, density_ceiling=0.1),
-                                  lambda: GradPartCompressor(pace="adam")])
+                                  lambda: GradPartCompressor(density_floor=0.5, density_ceiling=0.1)])
 def test_invalid_hyperparameters_name_the_argument(make):
-    with pytest.raises(ValueError, match="ratio|min_elements|value_encoding|prediction_decay|density|pace"):
+    with pytest.raises(ValueError, match="ratio|min_elements|value_encoding|prediction_decay|density"):
         make()

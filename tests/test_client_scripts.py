@@ -6,11 +6,11 @@ traced twice, a synthetic ``tf.keras.applications`` benchmark, a
 ``horovod.run`` call) and checks inside itself that ranks end bit-identical
 and that its checkpoint restores the trained weights. The training shapes
 train the same model from the same seed with ``none`` and with ``gradpart``
-in one launch, with Adam, as those examples do; GradPart is built with
-``pace=True``, as docs/algorithm.md advises for adaptive optimizers.
+in one launch, with Adam, as those examples do; GradPart runs at its defaults.
 
-Tolerance. Measured with these scripts on Gloo, seeds 0, 1, 2 (accuracy
-without / with GradPart, gap in points; docs/algorithm.md, section 9):
+Tolerance. Measured with these scripts on Gloo, seeds 0, 1, 2, with an earlier
+GradPart (its link budget of 2026-12-05, ``pace=True`` as it then advised for
+adaptive optimizers; accuracy without / with GradPart, gap in points):
 
 - Keras fit, mnist5k, 372 steps, paced: 0.962/0.941, 0.957/0.932,
   0.957/0.948: -2.1, -2.5, -0.9 at 505x, 352x, 368x (unpaced: -3.1, -3.4, -2.7);
@@ -23,8 +23,9 @@ The uncompressed accuracy moves between seeds by 0.5 (Keras fit), 0.8
 (``tf.function`` loop) and 2.0 points (digits: 360 test images). Each
 bound is the largest gap measured plus that spread, rounded up: it catches a
 GradPart that stops training properly, not the gap itself, which is GradPart's
-known shortfall under Adam on runs this short (about 2 points with pacing,
-3 without; none under SGD).
+shortfall it had under Adam on runs this short (about 2 points with pacing,
+3 without; none under SGD; at its defaults since 2026-12-06, -0.5 and -0.2
+points under Keras fit on the two-node cluster, docs/results.md).
 
 Cost: a training launch used 75 to 90 s of CPU over its two ranks here
 (both trainings), the synthetic benchmark 135 s (tracing and compiling 83

@@ -43,7 +43,6 @@ class Context(NamedTuple):
     original: tf.Tensor      # the gradient as Horovod handed it (shape, dtype)
     mismatch: str            # the error when ranks disagree on it
     encoding: str            # how its values travel
-    pacer: object            # its ``Pacer``, or None
 
 
 class Described(NamedTuple):
@@ -87,24 +86,18 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
             or, for float dtypes other than float32, in the exchange's allgather.
         value_encoding: "native" sends values in the gradient's dtype,
             "fp16" in float16 (the rounding error stays in the residual).
-        pace: hand each delivered sum to the optimizer over as many steps as
-            it took to accumulate (``hvd_gradpart.pacing``), as adaptive
-            optimizers (Adam, RMSprop, Adagrad) need.
     """
 
     _defaults = {}
     _TF_MODULE_IGNORED_PROPERTIES = tf.Module._TF_MODULE_IGNORED_PROPERTIES | {"_alone"}
 
-    def __init__(self, min_elements=1024, value_encoding="native", pace=False):
+    def __init__(self, min_elements=1024, value_encoding="native"):
         tf.Module.__init__(self, name=type(self).__name__)
         if not isinstance(min_elements, int) or min_elements < 0:
             raise ValueError(f"min_elements must be an int >= 0, got {min_elements!r}")
         exchange.wire_dtype(tf.float32, value_encoding)
-        if not isinstance(pace, bool):
-            raise ValueError(f"pace must be True or False, got {pace!r}")
         self.min_elements = min_elements
         self.value_encoding = value_encoding
-        self.pace = pace
         self.memory = Memory(type(self).__name__)
         self._alone = weakref.WeakKeyDictionary()
         self._hinted = False
@@ -244,11 +237,11 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         """Selects, updates the residual, gathers; returns ``(marker, Context)``."""
         if not self.sparsifies(tensor):
             return self._whole(tensor) if _travels_whole(tensor) else (tensor, None)
-        slot = self.memory.slot(tensor, self.state_spec(), self.pace)
+        slot = self.memory.slot(tensor, self.state_spec())
         described = self.describe(tensor, slot)
         payload, _ = self._sparse(slot, tf.reshape(tensor, [-1]), described, exchange.queued() == 0)
         ticket = exchange.enqueue(payload, described.header, described.what)
-        return exchange.marker(), Context(ticket, tensor, described.mismatch, self.value_encoding, slot.pacer)
+        return exchange.marker(), Context(ticket, tensor, described.mismatch, self.value_encoding)
 
     def describe(self, tensor, slot):
         """``Described`` of a sparsified gradient in ``slot``."""
@@ -287,7 +280,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         mismatch = (f"hvd_gradpart: ranks disagree on {what}: every rank must build the same model "
                     "and the same compressor settings")
         return exchange.marker(), Context(exchange.enqueue(encoded.payload, header, what), tensor, mismatch,
-                                          "native", None)
+                                          "native")
 
     def _hint_if_per_tensor(self, reduced):
         """Logs ``PER_TENSOR_HINT`` once (rank 0) when a second gradient of one
@@ -304,8 +297,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
 
     @_OnDefaultInstance
     def decompress(self, tensor, ctx):
-        """Decodes the gathered selections, scaled by the reduced marker (and
-        paced when the compressor paces); dense passes through."""
+        """Decodes the gathered selections, scaled by the reduced marker; dense passes through."""
         if ctx is None:
             return tensor
         self._hint_if_per_tensor(tensor)
@@ -316,9 +308,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
 
     @staticmethod
     def _finish(total, ctx):
-        """The flat decoded sum, paced when the compressor paces, in the gradient's shape."""
-        if ctx.pacer is not None:
-            total = ctx.pacer.release(total)
+        """The flat decoded sum in the gradient's shape."""
         return tf.reshape(total, ctx.original.shape)
 
 

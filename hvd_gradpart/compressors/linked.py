@@ -70,7 +70,7 @@ class LinkAwareCompressor(SparseCompressor):
         graph = function_graph()
         if not self.follows(graph) or not self.sparsifies(tensor) or tensor.dtype != exchange.MARKER_DTYPE:
             return super().compress(tensor)
-        slot = self.memory.slot(tensor, self.state_spec(), self.pace)
+        slot = self.memory.slot(tensor, self.state_spec())
         budget = self.link_budget(slot)
         now, first = budget.now(), budget.first(graph, slot.key)
         dense = now[0] > 0.5
@@ -88,7 +88,7 @@ class LinkAwareCompressor(SparseCompressor):
         out, payload, counts = branch.cond(dense, lambda: self._dense(slot, grad, tail, budget), sparse)
         ticket = exchange.enqueue(payload, described.header, described.what, skip=dense)
         out = budget.left(slot.key, began, out, counts, dense, grad.shape.num_elements())
-        context = Context(ticket, tensor, described.mismatch, self.value_encoding, slot.pacer)
+        context = Context(ticket, tensor, described.mismatch, self.value_encoding)
         return out, LinkContext(context, budget, slot.key, dense, first)
 
     def _dense(self, slot, grad, tail, budget):

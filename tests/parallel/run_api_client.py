@@ -41,7 +41,7 @@ def train(name, epochs, seed):
         tf.keras.layers.Dense(dataset.num_classes, activation="softmax"),
     ])
     # GradPart paces its deliveries for an adaptive optimizer (docs/algorithm.md, Pacing).
-    compression = get_compressor(name, **({"pace": True} if name == "gradpart" else {}))
+    compression = get_compressor(name)
     # Horovod: scale the learning rate by the number of workers; only `compression` is new.
     opt = hvd.DistributedOptimizer(tf.keras.optimizers.Adam(0.002 * hvd.size()), compression=compression)
     model.compile(loss=tf.keras.losses.SparseCategoricalCrossentropy(), optimizer=opt, metrics=["accuracy"])

@@ -150,7 +150,7 @@ def weights(model):
 
 
 def state(compressor):
-    """Every slot's variables (residual, method state, pacing, metrics) by key, in creation order."""
+    """Every slot's variables (residual, method state, metrics) by key, in creation order."""
     return {key: [v.numpy() for v in slot.variables] for key, slot in compressor.memory.slots.items()}
 
 

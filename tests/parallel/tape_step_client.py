@@ -61,7 +61,7 @@ def train(name):
     model = build_model()
     loss = tf.keras.losses.SparseCategoricalCrossentropy()
     # GradPart paces its deliveries for an adaptive optimizer (docs/algorithm.md, Pacing).
-    compression = get_compressor(name, **({"pace": True} if name == "gradpart" else {}))
+    compression = get_compressor(name)
 
     # Horovod: scale the learning rate by the number of workers.
     opt = tf.keras.optimizers.Adam(args.lr * hvd.size())
