@@ -4,7 +4,8 @@
 #   BENCH=full bash benchmarks/suite.sh   # full (make bench-full): every model, rate and stage
 #   STAGES="tta" bash benchmarks/suite.sh # only the named stages of the mode
 # Stages: tta, the time-to-accuracy matrix (python -m benchmarks.tta; quick: mlp and lenet5 at
-# 100 and 20 Mbit/s, full: every model at 10 Gbit/s, 100, 20 and 10 Mbit/s; 3 seeds, every
+# 100 and 20 Mbit/s, then, stage tta-conv, resnet20 and mobilenetv2 at 20 Mbit/s; full: every
+# model at 10 Gbit/s, 100, 20 and 10 Mbit/s; 3 seeds, every
 # registered method and the Top-k grid), throughput (benchmarks/throughput.sh), convergence of
 # every registered method and the ablation of each GradPart stage (benchmarks/convergence.sh),
 # GradPart's accuracy gap to no compression over 10 epochs and 5 seeds, in full mode also the
@@ -100,6 +101,7 @@ start=$(date +%s)
 case $mode in
   quick)
     stage tta tta --models mlp lenet5 --links 100mbit 20mbit
+    stage tta-conv tta --models resnet20 mobilenetv2 --links 20mbit
     stage throughput throughput mlp 100mbit
     stage convergence convergence "$QUICK_METHODS" 3 lenet5
     stage ablation ablation 3 lenet5

@@ -34,15 +34,15 @@ from hvd_gradpart.progress import final_record, targets
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "tta"
-MODELS = ("mlp", "lenet5", "resnet20")
+MODELS = ("mlp", "lenet5", "resnet20", "mobilenetv2")
 LINKS = ("10gbit", "100mbit", "20mbit", "10mbit")  # 10gbit: unshaped in practice
 SEEDS = (0, 1, 2)
 REFERENCE = "none"
 GRID = (0.001, 0.003, 0.01, 0.03, 0.1)  # Top-k ratios: the best tuned fixed density
 # No compression's steps per (model, link): mnist5k's 4,000 training digits over 2 ranks at
 # batch 32 make 62 steps an epoch; 3 epochs of the MLP (7.5 MB of gradient, 3.5 s a dense step
-# at 20 Mbit/s), 5 of the smaller LeNet-5 and ResNet-20.
-BUDGET_STEPS = {"mlp": 186, "lenet5": 310, "resnet20": 310}
+# at 20 Mbit/s), 5 of the smaller LeNet-5, ResNet-20 and MobileNetV2.
+BUDGET_STEPS = {"mlp": 186, "lenet5": 310, "resnet20": 310, "mobilenetv2": 310}
 STEP_FACTOR = 4       # every other method's step limit: this many times the budget
 TIME_FACTOR = 2.0     # ... and its training clock limit: this many times no compression's
 TIME_FLOOR_S = 60.0   # ... but never below this (an unshaped link's budget takes seconds)

@@ -86,6 +86,41 @@ def _resnet(inputs, num_classes, seed, blocks):
     return layers.Dense(num_classes, kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed))(x)
 
 
+# MobileNetV2's inverted residual stages (Sandler et al. 2018): expansion t, channels c, blocks n, stride s.
+_MOBILENETV2_STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                       (6, 160, 3, 2), (6, 320, 1, 1))
+
+
+def _divisible(channels, by=8):
+    """MobileNet's channel rounding: the nearest multiple of ``by``, never 10 % below ``channels``."""
+    rounded = max(by, int(channels + by / 2) // by * by)
+    return rounded + by if rounded < 0.9 * channels else rounded
+
+
+def _mobilenetv2(inputs, num_classes, seed, width=0.5, size=64):
+    """MobileNetV2 at width ``width`` on images resized to ``size`` x ``size``: 158 gradient
+    tensors (52 convolutions, 17 of them depthwise, their BatchNorms, the classifier); at
+    these defaults a step on 28x28 digits costs about what ResNet-20's does."""
+    init = _seeds(seed, tf.keras.initializers.HeNormal)
+    relu6 = lambda x: layers.ReLU(6.0)(layers.BatchNormalization()(x))
+    x = layers.Resizing(size, size)(inputs)
+    x = relu6(layers.Conv2D(_divisible(32 * width), 3, strides=2, padding="same", use_bias=False,
+                            kernel_initializer=next(init))(x))
+    for expansion, channels, blocks, stride in _MOBILENETV2_STAGES:
+        out = _divisible(channels * width)
+        for block in range(blocks):
+            y = x
+            if expansion != 1:
+                y = relu6(layers.Conv2D(expansion * x.shape[-1], 1, use_bias=False, kernel_initializer=next(init))(y))
+            y = relu6(layers.DepthwiseConv2D(3, strides=stride if block == 0 else 1, padding="same", use_bias=False,
+                                             depthwise_initializer=next(init))(y))
+            y = layers.BatchNormalization()(layers.Conv2D(out, 1, use_bias=False, kernel_initializer=next(init))(y))
+            x = layers.Add()([x, y]) if y.shape[1:] == x.shape[1:] else y
+    x = relu6(layers.Conv2D(1280, 1, use_bias=False, kernel_initializer=next(init))(x))
+    x = layers.GlobalAveragePooling2D()(x)
+    return layers.Dense(num_classes, kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed))(x)
+
+
 def _embedding(inputs, num_classes, seed, levels=16, dim=16):
     """Pixel tokens -> Embedding (sparse ``tf.IndexedSlices`` gradient) -> mean -> dense."""
     init = _seeds(seed)
@@ -102,7 +137,8 @@ _BUILDERS = {"mlp": _mlp, "lenet5": _lenet5,
              "resnet20": functools.partial(_resnet, blocks=3),
              "embedding": _embedding,
              # 137 gradient tensors (45 convolutions, their BatchNorms, the classifier)
-             "resnet44": functools.partial(_resnet, blocks=7)}
+             "resnet44": functools.partial(_resnet, blocks=7),
+             "mobilenetv2": _mobilenetv2}
 MODELS = tuple(_BUILDERS)
 
 

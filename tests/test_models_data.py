@@ -18,7 +18,7 @@ from hvd_gradpart.models import MODELS, PixelTokens, build_model  # noqa: E402
 
 SHAPES = {"mlp": [(28, 28, 1), (8, 8, 1)], "lenet5": [(28, 28, 1), (8, 8, 1)],
           "resnet20": [(32, 32, 3), (28, 28, 1)], "embedding": [(28, 28, 1), (8, 8, 1)],
-          "resnet44": [(32, 32, 3)]}
+          "resnet44": [(32, 32, 3)], "mobilenetv2": [(28, 28, 1), (8, 8, 1)]}
 
 
 # ---------------------------------------------------------------- models
@@ -56,6 +56,13 @@ def test_resnet44_has_over_100_gradient_tensors():
     assert (len(model.trainable_variables), len(convolutions)) == (137, 45)
 
 
+def test_mobilenetv2_has_its_158_gradient_tensors():
+    model = build_model("mobilenetv2", (28, 28, 1), 10, seed=0)
+    convolutions = [v for v in model.trainable_variables if len(v.shape) == 4]
+    depthwise = [v for v in convolutions if v.shape[-1] == 1 and v.shape[0] == 3]
+    assert (len(model.trainable_variables), len(convolutions), len(depthwise)) == (158, 52, 17)
+
+
 def test_pixel_tokens_are_position_times_levels_plus_level():
     image = np.array([0.0, 1.0, 0.5, 0.99], np.float32).reshape(1, 2, 2, 1)
     np.testing.assert_array_equal(PixelTokens(16)(image).numpy(), [[0, 16 + 15, 32 + 8, 48 + 15]])
@@ -74,7 +81,7 @@ def test_embedding_gradient_is_indexed_slices():
 
 
 def test_unknown_model_lists_valid_names():
-    with pytest.raises(ValueError, match="mlp.*lenet5.*resnet20.*embedding.*resnet44"):
+    with pytest.raises(ValueError, match="mlp.*lenet5.*resnet20.*embedding.*resnet44.*mobilenetv2"):
         build_model("vgg", (28, 28, 1), 10, seed=0)
 
 
