@@ -39,8 +39,8 @@ class Cond(GradPartCompressor):
     """Per-area conditional entropy power times the area's position cost."""
 
     @tf.function(jit_compile=True)
-    def plan(self, sample, previous, steps, n, price):
-        fit, key_size, edge, _, _ = _PLAN(self, sample, previous, steps, n, price)
+    def plan(self, sample, valid, previous, steps, n, price):
+        fit, key_size, edge, _, _ = _PLAN(self, sample, valid, previous, steps, n, price)
         power_key, power_sparse = conditional_powers(fit)
         return (fit, key_size, edge, power_key * entropy.position_cost(key_size),
                 power_sparse * entropy.position_cost(n - key_size))
@@ -50,8 +50,8 @@ class Follow(GradPartCompressor):
     """The predicted scale never lags a falling one: min(EMA, fresh) of log sigma."""
 
     @tf.function(jit_compile=True)
-    def plan(self, sample, previous, steps, n, price):
-        nonzero = tf.not_equal(sample, 0)
+    def plan(self, sample, valid, previous, steps, n, price):
+        nonzero = tf.not_equal(sample, 0) & valid
         current = stats.fit(sample, weights=nonzero)
         fit = stats.predict(previous._replace(family=current.family), current, steps, self.prediction_decay)
         log_sigma = lambda f: tf.math.log(f.alpha) + stats.log_sigma_over_alpha(f.beta)
@@ -60,7 +60,7 @@ class Follow(GradPartCompressor):
         fit = stats.Fit(fit.mu, alpha, fit.beta, fit.family)
         empty = tf.logical_not(tf.reduce_any(nonzero))
         fit = stats.Fit(*(tf.where(empty, p, f) for p, f in zip(previous[:3], fit[:3])), fit.family)
-        key_size, sparse_size = partition.area_sizes(sample, fit, n)
+        key_size, sparse_size = partition.area_sizes(sample, fit, n, valid)
         return (fit, key_size, partition.boundary(fit), self.area_threshold(fit, key_size, price),
                 self.area_threshold(fit, sparse_size, price))
 
@@ -73,8 +73,8 @@ class CodeCost(GradPartCompressor):
         return {**super().state_spec(), "sent_key": zero, "sent_sparse": zero}
 
     @tf.function(jit_compile=True)
-    def plan_with_counts(self, sample, previous, steps, n, sent_key, sent_sparse):
-        fit, key_size, edge, _, _ = _PLAN(self, sample, previous, steps, n, tf.constant(0.0, tf.float64))
+    def plan_with_counts(self, sample, valid, previous, steps, n, sent_key, sent_sparse):
+        fit, key_size, edge, _, _ = _PLAN(self, sample, valid, previous, steps, n, tf.constant(0.0, tf.float64))
         cost = lambda size, k: 1 + tf.math.log(tf.maximum(tf.cast(size, tf.float64), 1.0) / tf.maximum(k, 1.0))
         power = tf.exp(entropy.entropy(fit))
         return fit, key_size, edge, power * cost(key_size, sent_key), power * cost(n - key_size, sent_sparse)
@@ -84,7 +84,7 @@ class CodeCost(GradPartCompressor):
         previous = stats.Fit(s["mu"].read_value(), s["alpha"].read_value(), s["beta"].read_value(),
                              tf.constant(stats.GAUSSIAN))
         return self.plan_with_counts(
-            stats.strided_sample(grad, self.sample_size), previous, s["steps"].read_value(),
+            *stats.fixed_sample(grad, self.sample_size), previous, s["steps"].read_value(),
             grad.shape.num_elements(), s["sent_key"].read_value(), s["sent_sparse"].read_value())
 
     def select(self, swept, grad, slot):
@@ -103,8 +103,8 @@ class KeyFavor(GradPartCompressor):
     """The key-area threshold times the key share ``n_key / n`` (about 0.2 to 0.45)."""
 
     @tf.function(jit_compile=True)
-    def plan(self, sample, previous, steps, n, price):
-        fit, key_size, edge, tau_key, tau_sparse = _PLAN(self, sample, previous, steps, n, price)
+    def plan(self, sample, valid, previous, steps, n, price):
+        fit, key_size, edge, tau_key, tau_sparse = _PLAN(self, sample, valid, previous, steps, n, price)
         return fit, key_size, edge, tau_key * tf.cast(key_size, tf.float64) / n, tau_sparse
 
 
@@ -113,8 +113,8 @@ class KeyFresh(GradPartCompressor):
     where that is below the entropy power rule (heavy tails, beta under about 1)."""
 
     @tf.function(jit_compile=True)
-    def plan(self, sample, previous, steps, n, price):
-        fit, key_size, edge, tau_key, tau_sparse = _PLAN(self, sample, previous, steps, n, price)
+    def plan(self, sample, valid, previous, steps, n, price):
+        fit, key_size, edge, tau_key, tau_sparse = _PLAN(self, sample, valid, previous, steps, n, price)
         fresh = entropy.threshold(fit, entropy.position_cost(key_size))
         return fit, key_size, edge, tf.minimum(tau_key, fresh), tau_sparse
 
@@ -123,8 +123,8 @@ class Half(GradPartCompressor):
     """Both thresholds halved: the same rule at a denser operating point."""
 
     @tf.function(jit_compile=True)
-    def plan(self, sample, previous, steps, n, price):
-        fit, key_size, edge, tau_key, tau_sparse = _PLAN(self, sample, previous, steps, n, price)
+    def plan(self, sample, valid, previous, steps, n, price):
+        fit, key_size, edge, tau_key, tau_sparse = _PLAN(self, sample, valid, previous, steps, n, price)
         return fit, key_size, edge, tau_key / 2, tau_sparse / 2
 
 

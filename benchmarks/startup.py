@@ -13,6 +13,12 @@ step (TensorFlow's graph optimization, kernel creation, every XLA compilation an
 train.py reports as the first step. The traced graph is counted: its nodes (the step and every
 function it calls), its ``If``/``While`` ops and the functions XLA must compile. Rows go to
 ``--out`` (JSON lines) and a Markdown table beside it.
+
+    python -m benchmarks.startup --passes --out benchmarks/results/startup-passes.jsonl
+
+times GradPart's one pass over a gradient (``SparseCompressor._sweep``) at sizes from 1 Ki to
+1 Mi elements, in one process and thread: XLA's compile (its first call less a call) and a call,
+against the same pass as plain kernels. It sets ``fused.XLA_MIN_ELEMENTS``.
 """
 import argparse
 import json
@@ -74,6 +80,43 @@ def measure(model_name, method, groups, steps):
             "step_s": statistics.median(times), **graph_counts(concrete)}
 
 
+def passes(sizes, calls=50):
+    """GradPart's sweep at each size: compiled (first call, then a call) against plain kernels."""
+    import tensorflow as tf
+
+    from hvd_gradpart import GradPartCompressor, stats, training
+
+    training.limit_threads(1)
+    compressor = GradPartCompressor()
+    as64 = lambda v: tf.constant(v, tf.float64)
+    plan = (stats.Fit(as64(0.0), as64(1.0), as64(2.0), tf.constant(0)), as64(10.0), as64(1.0), as64(2.5), as64(3.0))
+    plain = tf.function(compressor._sweep.python_function)
+    rows = []
+    for n in sizes:
+        grad, residual = tf.random.normal([n], seed=1), tf.random.normal([n], seed=2)
+        timed = []
+        for sweep in (compressor._sweep, plain):
+            start = time.perf_counter()
+            sweep(residual, grad, {}, plan)[3].numpy()
+            first = time.perf_counter() - start
+            start = time.perf_counter()
+            for _ in range(calls):
+                out = sweep(residual, grad, {}, plan)
+            out[3].numpy()
+            timed.append((first, (time.perf_counter() - start) / calls))
+        (first, call), (_, plain_call) = timed
+        rows.append({"elements": n, "compile_s": first - call, "xla_us": 1e6 * call, "plain_us": 1e6 * plain_call})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def passes_table(rows):
+    lines = ["| elements | XLA compile ms | XLA call us | plain call us | plain - XLA us |", "|---|---|---|---|---|"]
+    lines += [f"| {r['elements']} | {1000 * r['compile_s']:.0f} | {r['xla_us']:.0f} | {r['plain_us']:.0f} "
+              f"| {r['plain_us'] - r['xla_us']:.0f} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
 def launch(model_name, method, groups, steps):
     """One case in a fresh two-rank launch; rank 0's row."""
     cmd = [str(Path(sys.executable).parent / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, "-m", "benchmarks.startup",
@@ -109,6 +152,7 @@ def main():
     p.add_argument("--groups", type=int, nargs="+", default=[1, 0], help="Horovod group counts (0: per tensor)")
     p.add_argument("--steps", type=int, default=5, help="steps timed after the first")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "startup.jsonl"))
+    p.add_argument("--passes", action="store_true", help="time the compiled pass against plain kernels")
     p.add_argument("--one", nargs=3, metavar=("MODEL", "METHOD", "GROUPS"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
@@ -116,6 +160,11 @@ def main():
         import horovod.tensorflow as hvd
         if hvd.rank() == 0:
             print("RESULT " + json.dumps(row), flush=True)
+        return
+    if args.passes:
+        rows = passes([1 << b for b in range(10, 21, 2)] + [36864, 147456, 802816])
+        Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        Path(args.out).with_suffix(".md").write_text(passes_table(rows))
         return
     rows = []
     with open(args.out, "w") as out:

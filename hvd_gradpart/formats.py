@@ -42,15 +42,6 @@ def _from_bytes(raw, dtype):
     return tf.bitcast(tf.reshape(raw, [-1, tf.as_dtype(dtype).size]), dtype)
 
 
-def _ascending(values, indices):
-    """``(values, indices)`` in ascending index order (sorted only when they are not)."""
-    def order():
-        at = tf.argsort(indices, stable=True)
-        return tf.gather(values, at), tf.gather(indices, at)
-
-    return tf.cond(tf.reduce_all(indices[1:] > indices[:-1]), lambda: (values, indices), order)
-
-
 def _gaps(indices):
     """int32 gap of each ascending index from the element after the previous one (the first: from 0)."""
     return indices - tf.concat([tf.zeros([1], tf.int32), indices[:-1] + 1], 0)
@@ -97,36 +88,20 @@ def _offsets(count, b):
 
 
 def _pack(b, gaps):
-    """The ``b``-bit codes of ``gaps`` (``b``: int32 scalar), as bytes."""
+    """The ``b``-bit codes of ``gaps`` (``b``: int32 scalar, up to 33), as bytes: each gap's
+    escapes, then its remainder; each code, shifted to its bit offset, adds its bytes into the
+    (at most ``SPAN``) bytes it touches (codes share no bit); the last byte's spare high bits are
+    ones. No branch: one graph serves every width."""
     escape, gaps = _escape(b), tf.cast(gaps, tf.int64)
     # floor(gap / escape) by a float64 division: exact (gaps < 2 ** 31), much cheaper than int64's
     escapes = tf.cast(tf.floor(tf.cast(gaps, tf.float64) / tf.cast(escape, tf.float64)), tf.int64)
     count = tf.size(gaps, tf.int64) + tf.reduce_sum(escapes)
-
-    def interleave():  # each gap's escapes, then its remainder
-        at = tf.cumsum(escapes) + tf.range(tf.size(gaps, tf.int64))
-        return tf.tensor_scatter_nd_update(tf.fill([count], escape), at[:, None], gaps - escapes * escape)
-
-    codes = tf.cond(tf.equal(count, tf.size(gaps, tf.int64)), lambda: gaps, interleave)
-    return tf.cond(tf.equal(8 % b, 0), lambda: _pack_aligned(b, codes), lambda: _pack_spanning(b, codes))
-
-
-def _pack_aligned(b, codes):
-    """Codes of a width that divides 8: ``8 / b`` to a byte, the last byte filled with escapes."""
-    per = tf.cast(8 // b, tf.int64)
-    codes = tf.concat([codes, tf.fill([-tf.size(codes, tf.int64) % per], _escape(b))], 0)
-    shifts = tf.range(per) * tf.cast(b, tf.int64)
-    return tf.cast(tf.reduce_sum(tf.bitwise.left_shift(tf.reshape(codes, [-1, per]), shifts), 1), tf.uint8)
-
-
-def _pack_spanning(b, codes):
-    """Codes of any width up to 33 bits: each, shifted to its bit offset, adds its bytes into
-    the (at most ``SPAN``) bytes it touches; codes share no bit."""
-    count = tf.size(codes, tf.int64)
+    at = tf.cumsum(escapes) + tf.range(tf.size(gaps, tf.int64))
+    codes = tf.tensor_scatter_nd_update(tf.fill([count], escape), at[:, None], gaps - escapes * escape)
     first, shift = _offsets(count, b)
     shifted = tf.bitwise.left_shift(codes, shift)
     size = (count * tf.cast(b, tf.int64) + 7) // 8
-    pad = size * 8 - count * tf.cast(b, tf.int64)  # the last byte's spare high bits: ones
+    pad = size * 8 - count * tf.cast(b, tf.int64)
     parts = tf.bitwise.bitwise_and(tf.bitwise.right_shift(shifted[:, None], 8 * _span(b)), 255)
     ones = tf.bitwise.left_shift(tf.bitwise.left_shift(tf.constant(1, tf.int64), pad) - 1, 8 - pad)
     total = tf.math.unsorted_segment_sum(tf.concat([tf.reshape(parts, [-1]), ones[None]], 0),
@@ -137,49 +112,53 @@ def _pack_spanning(b, codes):
 
 
 def _unpack(b, packed):
-    """Ascending int32 indices of ``b``-bit codes in ``packed`` bytes (``b``: int32 scalar)."""
+    """Ascending int32 indices of ``b``-bit codes in ``packed`` bytes (``b``: int32 scalar): each
+    code read from the bytes it touches, whatever the width."""
     escape = _escape(b)
-
-    def aligned():  # a width that divides 8: whole codes in each byte
-        shifts = tf.range(8 // b, dtype=tf.int64) * tf.cast(b, tf.int64)
-        return tf.reshape(tf.bitwise.right_shift(tf.cast(packed, tf.int64)[:, None], shifts), [-1])
-
-    def spanning():
-        first, shift = _offsets(tf.size(packed, tf.int64) * 8 // tf.cast(b, tf.int64), b)
-        padded = tf.cast(tf.concat([packed, tf.fill([SPAN], tf.constant(255, tf.uint8))], 0), tf.int64)
-        word = tf.reduce_sum(tf.bitwise.left_shift(tf.gather(padded, first[:, None] + _span(b)), 8 * _span(b)), 1)
-        return tf.bitwise.right_shift(word, shift)
-
-    codes = tf.bitwise.bitwise_and(tf.cond(tf.equal(8 % b, 0), aligned, spanning), escape)
+    first, shift = _offsets(tf.size(packed, tf.int64) * 8 // tf.cast(b, tf.int64), b)
+    padded = tf.cast(tf.concat([packed, tf.fill([SPAN], tf.constant(255, tf.uint8))], 0), tf.int64)
+    word = tf.reduce_sum(tf.bitwise.left_shift(tf.gather(padded, first[:, None] + _span(b)), 8 * _span(b)), 1)
+    codes = tf.bitwise.bitwise_and(tf.bitwise.right_shift(word, shift), escape)
     places = codes != escape
     cursor = tf.cumsum(tf.where(places, codes + 1, escape))
     return tf.cast(tf.boolean_mask(cursor - 1, places), tf.int32)
 
 
-def encode(values, indices, n, header_digest=0, form=None):
+def encode(values, indices, n, header_digest=0, form=None, ascending=False):
     """The payload of ``values`` (already in their wire dtype) at distinct int32 ``indices`` of an
-    ``n``-element tensor, in the smallest format (or in ``form``, one of ``FORMATS``).
+    ``n``-element tensor, in the smallest format (or in ``form``, one of ``FORMATS``). Every
+    format is computed by one graph (the positions of ``DENSE`` and the scatter of any other
+    format are empty), so a payload costs no branch.
+
+    Args:
+        ascending: the caller's indices are ascending (else they are sorted here).
 
     Returns:
         ``(payload, format)``: flat uint8 payload, int32 format (``DENSE`` or a gap width).
 
     Raises:
-        tf.errors.InvalidArgumentError: an index repeats.
+        tf.errors.InvalidArgumentError: an index repeats (or, with ``ascending``, descends).
     """
     if form is not None and form not in FORMATS:
         raise ValueError(f"form must be one of {FORMATS}, got {form!r}")
-    values, indices = _ascending(values, indices)
+    if not ascending:
+        order = tf.argsort(indices, stable=True)
+        values, indices = tf.gather(values, order), tf.gather(indices, order)
     distinct = tf.debugging.assert_non_negative(_gaps(indices), message="hvd_gradpart: a selected index repeats")
     if form is None:
         with tf.control_dependencies([distinct]):
             form = tf.gather(tf.constant(FORMATS, tf.int32), tf.argmin(sizes(indices, n, values.dtype.size)))
     else:
         form = tf.constant(form, tf.int32)
-    body = tf.cond(tf.equal(form, DENSE), lambda: _as_bytes(tf.scatter_nd(indices[:, None], values, [n])),
-                   lambda: tf.concat([_pack(form, _gaps(indices)), _as_bytes(values)], 0))
+    dense = tf.equal(form, DENSE)
+    k = tf.size(indices)
+    positions = _pack(tf.maximum(form, 1), _gaps(indices))
+    scattered = tf.math.unsorted_segment_sum(values, tf.where(dense, indices, -1), tf.where(dense, n, 0))
+    body = [positions[:tf.where(dense, 0, tf.size(positions))], _as_bytes(scattered),
+            _as_bytes(values[:tf.where(dense, 0, k)])]
     header = tf.concat([_as_bytes(tf.constant([-1 - header_digest], tf.int32)),
-                        tf.cast(form, tf.uint8)[None], _as_bytes(tf.size(indices)[None])], 0)
-    return tf.concat([header, body], 0), form
+                        tf.cast(form, tf.uint8)[None], _as_bytes(k[None])], 0)
+    return tf.concat([header, *body], 0), form
 
 
 def header(payload):
@@ -190,12 +169,11 @@ def header(payload):
 
 def decode(payload, n, wire):
     """``(int32 indices, values of dtype wire)`` of one payload of an ``n``-element tensor:
-    all ``n`` for ``DENSE``, else ``k``, ascending."""
+    all ``n`` for ``DENSE``, else ``k``, ascending (one graph for every format)."""
     wire = tf.as_dtype(wire)
     _, form, k = header(payload)
     body = payload[HEADER_BYTES:]
     dense = tf.equal(form, DENSE)
-    count = tf.where(dense, n, k)
-    positions = tf.size(body) - count * wire.size
-    indices = tf.cond(dense, lambda: tf.range(n), lambda: _unpack(form, body[:positions]))
-    return indices, _from_bytes(body[positions:], wire)
+    positions = tf.size(body) - tf.where(dense, n, k) * wire.size
+    listed = _unpack(tf.maximum(form, 1), body[:positions])  # none for DENSE: its positions are empty
+    return tf.concat([tf.range(tf.where(dense, n, 0)), listed], 0), _from_bytes(body[positions:], wire)

@@ -12,12 +12,17 @@ over the words finds the nonzero ones, and a second ``tf.where`` over their byte
 so the work is ``O(n / 8 + 8 m)`` for ``m`` nonzero words, and indices come out ascending.
 
 Updates after the selection touch ``k`` elements in place (``subtract_at``, ``zero_at``).
+
+XLA compiles a pass once per distinct tensor size, and a conv net has dozens of sizes, most of
+them small, where the plain kernels cost microseconds: ``by_size`` compiles passes over
+``XLA_MIN_ELEMENTS`` elements or more only (``python -m benchmarks.startup --passes``).
 """
 from typing import NamedTuple
 
 import tensorflow as tf
 
 WORD = 8
+XLA_MIN_ELEMENTS = 1 << 16
 
 
 class Candidates(NamedTuple):
@@ -48,6 +53,12 @@ class Swept(NamedTuple):
     candidates: Candidates
     plan: object
     energy: tf.Tensor
+
+
+def by_size(compiled, n):
+    """``compiled`` (a ``tf.function(jit_compile=True)``) for a pass over ``n`` elements from
+    ``XLA_MIN_ELEMENTS`` up, else its Python function as plain kernels (nothing compiles)."""
+    return compiled if n >= XLA_MIN_ELEMENTS else compiled.python_function
 
 
 def mask_bytes(acc, mask=None):

@@ -34,13 +34,18 @@ def partition(grad, fit):
     return Partition(key, key_size, tf.size(grad, out_type=tf.int64) - key_size)
 
 
-def area_sizes(sample, fit, n):
+def area_sizes(sample, fit, n, valid=None):
     """Key and sparse area sizes (float64, whole numbers) of an ``n``-element
     gradient (``n`` an int or a float64 tensor), estimated from its strided
-    ``sample`` (O(sample), not O(n))."""
+    ``sample`` (O(sample), not O(n)); ``valid``: a bool mask of the sampled
+    elements (``stats.fixed_sample``), all by default."""
     edge = boundary(fit)
-    beyond = tf.abs(tf.cast(sample, tf.float64) - fit.mu) > edge
-    key = tf.round(tf.reduce_mean(tf.cast(beyond, tf.float64)) * n)
+    beyond = tf.cast(tf.abs(tf.cast(sample, tf.float64) - fit.mu) > edge, tf.float64)
+    if valid is None:
+        share = tf.reduce_mean(beyond)
+    else:
+        share = tf.reduce_sum(beyond * tf.cast(valid, tf.float64)) / tf.reduce_sum(tf.cast(valid, tf.float64))
+    key = tf.round(share * n)
     return key, n - key
 
 

@@ -37,6 +37,14 @@ def strided_sample(x, size):
     return x[::stride][:size]
 
 
+def fixed_sample(x, size):
+    """``strided_sample`` zero-padded to exactly ``size`` elements, and a bool mask of the sampled
+    ones: every tensor size gives the same shape, so what takes the sample compiles once."""
+    sample = strided_sample(x, size)
+    taken = sample.shape.num_elements()
+    return tf.pad(sample, [[0, size - taken]]), tf.range(size) < taken
+
+
 def beta_from_ratio(rho):
     """Inverts rho(beta) on a precomputed grid (linear interpolation)."""
     grid = tf.constant(_RHO_GRID, tf.float64)

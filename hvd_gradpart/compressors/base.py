@@ -168,7 +168,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         return None
 
     def select(self, swept, grad, slot):
-        """Returns ``(int32 indices, diagnostics dict)`` of the elements to send.
+        """Returns ``(ascending int32 indices, diagnostics dict)`` of the elements to send.
 
         Args:
             swept: the step's ``fused.Swept`` (``acc``, next state, candidates, plan).
@@ -187,7 +187,8 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
 
     @tf.function(jit_compile=True)
     def _sweep(self, residual, grad, state, plan):
-        """``accumulate`` and the mask bytes: one compiled pass over the tensor."""
+        """``accumulate`` and the mask bytes: one pass over the tensor, compiled from
+        ``fused.XLA_MIN_ELEMENTS`` up (``fused.by_size``)."""
         acc, state = self.accumulate(residual, grad, state)
         energy = tf.reduce_sum(tf.square(tf.cast(acc, tf.float32)))
         return acc, state, fused.mask_bytes(acc, self.mask(acc, grad, state, plan)), energy
@@ -203,7 +204,8 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         grad = self.transform(grad)
         residual, state = slot.residual.value(), self.inputs(slot, grad)
         plan = self.prepare(residual, grad, state, slot)
-        acc, state, marked, energy = self._sweep(residual, grad, state, plan)
+        sweep = fused.by_size(self._sweep, grad.shape.num_elements())
+        acc, state, marked, energy = sweep(residual, grad, state, plan)
         candidates = fused.compact(marked)
         check = tf.debugging.Assert(fused.finite(acc, candidates), [
             f"hvd_gradpart: {what} holds NaN or Inf (or overflows when added to its residual); "
@@ -259,7 +261,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         swept = self.run_sweep(slot, grad, described.what)
         indices, diagnostics = self.select(swept, grad, slot)
         values = tf.gather(swept.acc, indices)
-        encoded = exchange.encode(values, indices, n, self.value_encoding, described.header)
+        encoded = exchange.encode(values, indices, n, self.value_encoding, described.header, ascending=True)
         self._store(slot, swept, indices, encoded.sent)
         sent = exchange.sent_bytes(encoded.payload, opens_group)
         slot.metrics.record(elements=n, dense_bytes=n * grad.dtype.size, sent_elements=tf.size(indices),
@@ -276,7 +278,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         n = tensor.shape.num_elements()
         what = f"small gradient ({tensor.dtype.name}{tensor.shape})"
         header = exchange.digest(f"whole/{n}/{tensor.dtype.name}")
-        encoded = exchange.encode(tf.reshape(tensor, [-1]), tf.range(n), n, "native", header)
+        encoded = exchange.encode(tf.reshape(tensor, [-1]), tf.range(n), n, "native", header, ascending=True)
         mismatch = (f"hvd_gradpart: ranks disagree on {what}: every rank must build the same model "
                     "and the same compressor settings")
         return exchange.marker(), Context(exchange.enqueue(encoded.payload, header, what), tensor, mismatch,

@@ -30,6 +30,7 @@ import math
 import tensorflow as tf
 
 from hvd_gradpart import exchange, fused
+from hvd_gradpart.compressors import topk
 from hvd_gradpart.compressors.base import SparseCompressor
 
 WARMUP_DENSITIES = (0.25, 0.0625, 0.015625, 0.004)
@@ -104,8 +105,7 @@ class DGCCompressor(SparseCompressor):
     def select(self, swept, grad, slot):
         acc, candidates, (density, threshold) = swept.acc, swept.candidates, swept.plan
         k = tf.cast(tf.math.ceil(density * acc.shape.num_elements()), tf.int32)
-        capped = lambda: tf.gather(candidates.indices, tf.math.top_k(
-            tf.abs(tf.gather(acc, candidates.indices)), k=k, sorted=False).indices)
+        capped = lambda: topk.top_among(acc, candidates, k)
         indices = tf.cond(candidates.count > k, capped, lambda: candidates.indices)
         slot.state["step"].assign_add(1)
         return indices, {"density": density, "threshold": threshold}

@@ -83,25 +83,27 @@ class GradPartCompressor(LinkAwareCompressor):
         return {"mu": _SCALAR(0.0), "alpha": _SCALAR(1.0), "beta": _SCALAR(2.0), "steps": _SCALAR(0.0)}
 
     @tf.function(jit_compile=True, reduce_retracing=True, autograph=False)
-    def plan(self, sample, previous, steps, n, price):
+    def plan(self, sample, valid, previous, steps, n, price):
         """Predicted fit, key-area size, boundary and thresholds for an
         ``n``-element gradient, from its strided ``sample``: O(sample), one
-        compiled call, traced once per sample shape (``n`` is a tensor).
+        compiled call, traced once for every size (the sample's length is fixed
+        and ``n`` is a tensor).
 
         Args:
             sample: strided sample of the fresh gradient (zeros are ignored).
+            valid: bool mask of its sampled elements (``stats.fixed_sample``).
             previous: the last prediction (``stats.Fit``).
             steps: how many steps the prediction has seen.
             n: the gradient's size (a float64 scalar tensor).
             price: the link's price of a sent value, nats (float64 scalar).
         """
-        nonzero = tf.not_equal(sample, 0)
+        nonzero = tf.not_equal(sample, 0) & valid
         current = stats.fit(sample, None if self.use_fit else stats.GAUSSIAN, weights=nonzero)
         fit = stats.predict(previous._replace(family=current.family), current, steps, self.prediction_decay)
         empty = tf.logical_not(tf.reduce_any(nonzero))  # nothing to fit: keep the last prediction
         fit = stats.Fit(*(tf.where(empty, p, f) for p, f in zip(previous[:3], fit[:3])), fit.family)
         if self.use_partition:
-            key_size, sparse_size = partition.area_sizes(sample, fit, n)
+            key_size, sparse_size = partition.area_sizes(sample, fit, n, valid)
             edge = partition.boundary(fit)
         else:
             key_size, sparse_size = tf.constant(0.0, tf.float64), n
@@ -121,7 +123,8 @@ class GradPartCompressor(LinkAwareCompressor):
         s = slot.state
         previous = stats.Fit(s["mu"].read_value(), s["alpha"].read_value(), s["beta"].read_value(),
                              tf.constant(stats.GAUSSIAN))
-        return self.plan(stats.strided_sample(grad, self.sample_size), previous, s["steps"].read_value(),
+        sample, valid = stats.fixed_sample(grad, self.sample_size)
+        return self.plan(sample, valid, previous, s["steps"].read_value(),
                          tf.constant(grad.shape.num_elements(), tf.float64), self.price(slot))
 
     def mask(self, acc, grad, state, plan):
@@ -148,8 +151,8 @@ class GradPartCompressor(LinkAwareCompressor):
         return self.density_ceiling * (self.density_floor / self.density_ceiling) ** progress
 
     def guard(self, acc, candidates, steps):
-        """The candidates' indices; over the ceiling the largest of them (``topk.exact_top_k``
-        among the candidates, no pass over the tensor); under the floor (the warm-up's at
+        """The candidates' indices; over the ceiling the largest of them (``topk.top_among``
+        the candidates, no pass over the tensor); under the floor (the warm-up's at
         ``steps`` while it lasts) exact top-k of the whole tensor (``topk.top_k``)."""
         n = acc.shape.num_elements()
         low = min(n, max(1, math.ceil(self.density_floor * n))) if self.density_floor > 0 else 0
@@ -157,7 +160,7 @@ class GradPartCompressor(LinkAwareCompressor):
         if self.warmup_steps > 0 and self.density_floor > 0:
             low = tf.clip_by_value(tf.cast(tf.math.ceil(self.floor(steps) * n), tf.int32), low, high)
         count = candidates.count
-        capped = lambda: tf.cond(count > high, lambda: topk.exact_top_k(acc, candidates, high),
+        capped = lambda: tf.cond(count > high, lambda: topk.top_among(acc, candidates, high),
                                  lambda: candidates.indices)
         return tf.cond(count < low, lambda: topk.top_k(acc, low), capped)
 

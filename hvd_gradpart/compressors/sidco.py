@@ -36,6 +36,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from hvd_gradpart import fused
 from hvd_gradpart.compressors.base import SparseCompressor
 
 FAMILIES = ("exponential", "gamma", "gpareto")
@@ -125,7 +126,7 @@ class SIDCoCompressor(SparseCompressor):
         self.delta, self.stages, self.family = delta, stages, family
 
     def prepare(self, residual, grad, state, slot):
-        return self._threshold(residual, grad, state)
+        return fused.by_size(self._threshold, grad.shape.num_elements())(residual, grad, state)
 
     @tf.function(jit_compile=True)
     def _threshold(self, residual, grad, state):

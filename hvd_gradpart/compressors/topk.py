@@ -57,7 +57,14 @@ class TopKCompressor(SparseCompressor):
 
 
 def _top(values, k):
-    return tf.math.top_k(tf.abs(values), k=k, sorted=False).indices
+    """Ascending indices of the ``k`` entries of largest magnitude."""
+    return tf.sort(tf.math.top_k(tf.abs(values), k=k, sorted=False).indices)
+
+
+def top_among(x, candidates, k):
+    """Ascending indices of the ``k`` entries of largest magnitude of flat ``x`` among
+    ``candidates`` (``fused.Candidates``, at least ``k`` of them)."""
+    return tf.gather(candidates.indices, _top(tf.gather(x, candidates.indices), k))
 
 
 def sampled_threshold(sample, k, n):
@@ -78,11 +85,10 @@ def sampled_threshold(sample, k, n):
 
 
 def exact_top_k(x, candidates, k):
-    """Indices of the ``k`` entries of largest magnitude of flat ``x``: among
+    """Ascending indices of the ``k`` entries of largest magnitude of flat ``x``: among
     ``candidates`` (``fused.Candidates`` of ``|x| >= t``) when ``k`` of them
     passed, else over all of ``x``."""
-    among = lambda: tf.gather(candidates.indices, _top(tf.gather(x, candidates.indices), k))
-    return tf.cond(candidates.count >= k, among, lambda: _top(x, k))
+    return tf.cond(candidates.count >= k, lambda: top_among(x, candidates, k), lambda: _top(x, k))
 
 
 @tf.function(jit_compile=True, autograph=False)
@@ -92,11 +98,11 @@ def _at_least(x, t):
 
 
 def top_k(x, k):
-    """Indices of the ``k`` entries of largest magnitude of flat, finite ``x``
+    """Ascending indices of the ``k`` entries of largest magnitude of flat, finite ``x``
     (``k`` an int or an int32 scalar tensor), by the module doc's route: a
     sampled threshold, one compiled mask pass, then ``exact_top_k``."""
     n = x.shape.num_elements()
     t = sampled_threshold(stats.strided_sample(x, SAMPLE_SIZE), k, n)
     if t is None:
         return _top(x, k)
-    return exact_top_k(x, fused.compact(_at_least(x, t)), k)
+    return exact_top_k(x, fused.compact(fused.by_size(_at_least, n)(x, t)), k)
