@@ -84,9 +84,9 @@ def wire_dtype(dtype, encoding="native"):
 
 def sent_bytes(payload, opens_group=False):
     """Bytes one rank sends for ``payload``: the payload, its length in the group's block and
-    its marker, plus the group's tag for the payload that ``opens_group`` (int32 tensor)."""
-    extra = COUNT_BYTES * (2 if opens_group else 1) + MARKER_DTYPE.size
-    return tf.size(payload) + extra
+    its marker, plus the group's tag for the payload that ``opens_group`` (a bool or bool
+    tensor); an int32 tensor."""
+    return tf.size(payload) + COUNT_BYTES * (1 + tf.cast(opens_group, tf.int32)) + MARKER_DTYPE.size
 
 
 def _clip_to(values, wire):
@@ -144,12 +144,13 @@ def decode_sum(payloads, n, dtype, encoding="native", scale=None, mismatch="rank
     Half-precision values are summed in float32, then cast back.
 
     Raises:
-        tf.errors.InvalidArgumentError: the headers differ (message ``mismatch``): ranks
-            packed different gradients or settings; checked before any payload is decoded.
+        tf.errors.InvalidArgumentError: the headers differ (message ``mismatch``, a string or
+            a string tensor): ranks packed different gradients or settings; checked before any
+            payload is decoded.
     """
     wire = wire_dtype(dtype, encoding)
     (tags,) = each_rank(payloads, lambda p: [formats.header(p)[0][None]], [tf.int32])
-    agree = tf.debugging.assert_equal(tf.reduce_min(tags), tf.reduce_max(tags), message=mismatch)
+    agree = tf.debugging.Assert(tf.equal(tf.reduce_min(tags), tf.reduce_max(tags)), [mismatch])
     dtype = tf.as_dtype(dtype)
     acc = tf.float32 if dtype.size < 4 else dtype
     with tf.control_dependencies([agree]):

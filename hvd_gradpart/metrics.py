@@ -22,27 +22,43 @@ class TensorMetrics(tf.Module):
         super().__init__(name="metrics")
         self.values = {}
 
-    def _var(self, name):
-        if name not in self.values:
-            with tf.init_scope():
-                self.values[name] = tf.Variable(tf.zeros([], tf.float64), trainable=False, name=name)
-        return self.values[name]
+    def declare(self, names):
+        """Makes the variables of ``names`` that do not exist yet (a step shared by several
+        gradients records into the variables it is handed, so they must exist first)."""
+        for name in names:
+            if name not in self.values:
+                with tf.init_scope():
+                    self.values[name] = tf.Variable(tf.zeros([], tf.float64), trainable=False, name=name)
 
     def record(self, elements, dense_bytes, sent_elements, sent_bytes, **diagnostics):
         """Adds one step's figures (tensors or numbers)."""
-        as64 = lambda x: tf.cast(x, tf.float64)
-        self._var("steps").assign_add(tf.constant(1.0, tf.float64))
-        for name, x in (("elements", elements), ("dense_bytes", dense_bytes),
-                        ("sent_elements", sent_elements), ("sent_bytes", sent_bytes),
-                        *diagnostics.items()):
-            self._var(name).assign(as64(x))
-        self._var("total_dense_bytes").assign_add(as64(dense_bytes))
-        self._var("total_sent_bytes").assign_add(as64(sent_bytes))
-        self._var("total_sent_elements").assign_add(as64(sent_elements))
+        self.declare(COUNTERS + tuple(diagnostics))
+        record(self.values, elements=elements, dense_bytes=dense_bytes, sent_elements=sent_elements,
+               sent_bytes=sent_bytes, **diagnostics)
 
     def read(self):
         """The current values as Python floats."""
         return {name: float(v.numpy()) for name, v in self.values.items()}
+
+
+def record(values, elements, dense_bytes, sent_elements, sent_bytes, **diagnostics):
+    """Adds one step's figures into ``values`` (``TensorMetrics.values``: every name declared).
+
+    Raises:
+        KeyError: a figure has no declared variable.
+    """
+    as64 = lambda x: tf.cast(x, tf.float64)
+    missing = {"steps", *diagnostics} - set(values)
+    if missing:
+        raise KeyError(f"hvd_gradpart: metrics {sorted(missing)} were not declared (a selection rule lists "
+                       "its diagnostics in DIAGNOSTICS)")
+    values["steps"].assign_add(tf.constant(1.0, tf.float64))
+    for name, x in (("elements", elements), ("dense_bytes", dense_bytes),
+                    ("sent_elements", sent_elements), ("sent_bytes", sent_bytes), *diagnostics.items()):
+        values[name].assign(as64(x))
+    values["total_dense_bytes"].assign_add(as64(dense_bytes))
+    values["total_sent_bytes"].assign_add(as64(sent_bytes))
+    values["total_sent_elements"].assign_add(as64(sent_elements))
 
 
 def resolve(compression):

@@ -27,7 +27,8 @@ def selected(comp, acc, slot=None):
     as a sorted index list; nothing is stored."""
     acc = tf.constant(acc)
     slot = slot or Memory().slot(acc, comp.state_spec())
-    return sorted(comp.select(comp.run_sweep(slot, acc), acc, slot)[0].numpy().tolist())
+    view = comp.slot_view(slot, acc)
+    return sorted(comp.select(comp.run_sweep(view, acc), acc, view)[0].numpy().tolist())
 
 
 # Variance-based compression --------------------------------------------------

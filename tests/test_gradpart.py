@@ -48,7 +48,8 @@ def select(comp, acc, grad=None):
     grad, acc = tf.constant(grad), tf.constant(acc)
     slot = comp.memory.slot(grad, comp.state_spec())
     slot.residual.assign(acc - grad)
-    indices, diagnostics = comp.select(comp.run_sweep(slot, grad), grad, slot)
+    view = comp.slot_view(slot, grad)
+    indices, diagnostics = comp.select(comp.run_sweep(view, grad), grad, view)
     return np.sort(indices.numpy()), {k: float(v) for k, v in diagnostics.items()}
 
 

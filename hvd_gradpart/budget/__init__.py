@@ -120,16 +120,17 @@ class Budget(tf.Module):
                                                name=f"stamps_{len(self.stamps)}")
         return self.stamps[key]
 
-    def left(self, key, began, after, counts, dense, elements):
-        """A ``compress`` of gradient ``key`` ended once ``after`` exists: stamps its times and
-        ``counts`` (sent bytes, values, offered, accumulated energy, sent energy, least value
-        squared). Returns ``after``."""
+    @staticmethod
+    def left(stamps, began, after, counts, dense, elements):
+        """A ``compress`` ended once ``after`` exists: stamps its times and ``counts`` (sent
+        bytes, values, offered, accumulated energy, sent energy, least value squared) into its
+        gradient's ``stamps`` variable (``stamps_of``). Returns ``after``."""
         with tf.control_dependencies(tf.nest.flatten(after)):
             left = tf.timestamp()
         row = tf.concat([tf.stack([began, left, tf.zeros([], tf.float64)]), counts[:3],
                          tf.constant([float(elements)], tf.float64), counts[3:],
                          tf.cast(tf.reshape(dense, [1]), tf.float64)], 0)
-        stamp = self.stamps_of(key).assign(row, read_value=False)
+        stamp = stamps.assign(row, read_value=False)
         with tf.control_dependencies([stamp]):
             return tf.nest.map_structure(tf.identity, after)
 

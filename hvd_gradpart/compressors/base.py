@@ -13,9 +13,15 @@ Once the finite test passes ``select`` picks; the residual then becomes
 buffer, which the residual variable takes over without a copy. No sparse
 update ever touches a variable (one would put it in TensorFlow's
 copy-on-read mode, in which every later read and update copies it).
+
+A gradient's whole sparse step (sweep, selection, encoding, error feedback, accounting) is one
+function that takes the gradient's variables as arguments (``SlotView``), traced once per size
+and dtype and called, not inlined, for every gradient of that size: the traced graph grows with
+the model's distinct sizes, not with its gradients.
 """
 import functools
 import logging
+import types
 import weakref
 
 from typing import NamedTuple
@@ -24,7 +30,7 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 from horovod.tensorflow.compression import Compressor
 
-from hvd_gradpart import exchange, fused
+from hvd_gradpart import branch, exchange, fused, metrics
 from hvd_gradpart.memory import Memory, SharedWhileTracing, creating_slot_variables, function_graph
 
 _LOG = logging.getLogger("hvd_gradpart")
@@ -43,6 +49,17 @@ class Context(NamedTuple):
     original: tf.Tensor      # the gradient as Horovod handed it (shape, dtype)
     mismatch: str            # the error when ranks disagree on it
     encoding: str            # how its values travel
+
+
+class SlotView(NamedTuple):
+    """A gradient's variables and figures, as the step shared by every gradient of its size takes them."""
+
+    residual: tf.Variable  # its residual
+    state: dict            # name -> its per-method variable
+    inputs: dict           # name -> what ``accumulate`` gets (``SparseCompressor.inputs``)
+    metrics: dict          # name -> its metrics variable (``TensorMetrics.values``), every name declared
+    price: tf.Tensor       # float64: the link's price of a sent value, nats (0 when not priced)
+    what: tf.Tensor        # tf.string: the gradient, as errors name it
 
 
 class Described(NamedTuple):
@@ -88,8 +105,9 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
             "fp16" in float16 (the rounding error stays in the residual).
     """
 
+    DIAGNOSTICS = ()  # the names of ``select``'s diagnostics (declared before a shared step records them)
     _defaults = {}
-    _TF_MODULE_IGNORED_PROPERTIES = tf.Module._TF_MODULE_IGNORED_PROPERTIES | {"_alone"}
+    _TF_MODULE_IGNORED_PROPERTIES = tf.Module._TF_MODULE_IGNORED_PROPERTIES | {"_alone", "_unfolded"}
 
     def __init__(self, min_elements=1024, value_encoding="native"):
         tf.Module.__init__(self, name=type(self).__name__)
@@ -100,6 +118,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         self.value_encoding = value_encoding
         self.memory = Memory(type(self).__name__)
         self._alone = weakref.WeakKeyDictionary()
+        self._unfolded = types.SimpleNamespace(variables={})  # untracked: no checkpoint holds them
         self._hinted = False
 
     @classmethod
@@ -152,7 +171,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
             residual: the residual's value.
             grad: ``transform``'s gradient.
             state: ``{name: value}`` of the slot's per-method variables.
-            slot: the gradient's ``Slot``.
+            slot: the gradient's ``SlotView``.
         """
         return ()
 
@@ -173,7 +192,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         Args:
             swept: the step's ``fused.Swept`` (``acc``, next state, candidates, plan).
             grad: this step's fresh flat gradient.
-            slot: the gradient's ``Slot`` (for per-method state).
+            slot: the gradient's ``SlotView`` (for per-method state).
         """
         raise NotImplementedError
 
@@ -182,8 +201,30 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         return state
 
     def inputs(self, slot, grad):
-        """``{name: value}`` of the slot's per-method variables, as ``accumulate`` gets them."""
+        """``{name: value}`` of the slot's per-method variables, as ``accumulate`` gets them
+        (``grad``: the flat gradient as handed, before ``transform``)."""
         return {name: v.value() for name, v in slot.state.items()}
+
+    def price(self, slot):
+        """The link's price of a sent value for ``slot`` (nats, float64): none here."""
+        return tf.constant(0.0, tf.float64)
+
+    def slot_view(self, slot, grad, what="the gradient"):
+        """``SlotView`` of ``slot`` for a step on the flat ``grad``."""
+        slot.metrics.declare(metrics.COUNTERS + ("wire_format",) + self.DIAGNOSTICS)
+        return SlotView(slot.residual, dict(slot.state), self.inputs(slot, grad), dict(slot.metrics.values),
+                        self.price(slot), self.unfolded(what))
+
+    def unfolded(self, value):
+        """``value`` (a string or bool) as a tensor read from a variable of its own (made once,
+        untracked): a shared step takes its per-gradient arguments so, because the graph
+        optimizer copies a function for every call that passes it a constant."""
+        key = (type(value), value)
+        made = self._unfolded.variables
+        if key not in made:
+            with tf.init_scope():
+                made[key] = tf.Variable(value, trainable=False, name="unfolded")
+        return made[key].read_value()
 
     @tf.function(jit_compile=True)
     def _sweep(self, residual, grad, state, plan):
@@ -193,34 +234,38 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         energy = tf.reduce_sum(tf.square(tf.cast(acc, tf.float32)))
         return acc, state, fused.mask_bytes(acc, self.mask(acc, grad, state, plan)), energy
 
-    def run_sweep(self, slot, grad, what="the gradient"):
+    def run_sweep(self, view, grad):
         """Accumulates, prepares and finds the candidates; the ``fused.Swept``
         once the accumulated values are known finite (what ``compress`` hands
         ``select``). Nothing is stored.
 
+        Args:
+            view: the gradient's ``SlotView``.
+            grad: its flat gradient.
+
         Raises:
-            tf.errors.InvalidArgumentError: NaN or Inf, naming ``what``.
+            tf.errors.InvalidArgumentError: NaN or Inf, naming ``view.what``.
         """
         grad = self.transform(grad)
-        residual, state = slot.residual.value(), self.inputs(slot, grad)
-        plan = self.prepare(residual, grad, state, slot)
+        residual, state = view.residual.value(), view.inputs
+        plan = self.prepare(residual, grad, state, view)
         sweep = fused.by_size(self._sweep, grad.shape.num_elements())
         acc, state, marked, energy = sweep(residual, grad, state, plan)
         candidates = fused.compact(marked)
-        check = tf.debugging.Assert(fused.finite(acc, candidates), [
-            f"hvd_gradpart: {what} holds NaN or Inf (or overflows when added to its residual); "
-            "its residual was left unchanged. Lower the learning rate or clip gradients"])
+        check = tf.debugging.Assert(fused.finite(acc, candidates), [tf.strings.join([
+            "hvd_gradpart: ", view.what, " holds NaN or Inf (or overflows when added to its residual); "
+            "its residual was left unchanged. Lower the learning rate or clip gradients"])])
         with tf.control_dependencies([check]):
             gate = lambda x: tf.nest.map_structure(tf.identity, x)
             return fused.Swept(gate(acc), gate(state), gate(candidates), plan, energy)
 
-    def _store(self, slot, swept, indices, sent):
+    def _store(self, view, swept, indices, sent):
         """Error feedback: the residual keeps ``acc`` less what was ``sent``
         (in place: nothing else reads ``acc`` by then); the state follows."""
-        slot.residual.assign(fused.subtract_at(swept.acc, indices, sent), read_value=False)
+        view.residual.assign(fused.subtract_at(swept.acc, indices, sent), read_value=False)
         for name, value in self.after_send(swept.state, indices).items():
-            if name in slot.state:
-                slot.state[name].assign(value, read_value=False)
+            if name in view.state:
+                view.state[name].assign(value, read_value=False)
 
     # Horovod's Compressor API ---------------------------------------------
 
@@ -241,7 +286,9 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
             return self._whole(tensor) if _travels_whole(tensor) else (tensor, None)
         slot = self.memory.slot(tensor, self.state_spec())
         described = self.describe(tensor, slot)
-        payload, _ = self._sparse(slot, tf.reshape(tensor, [-1]), described, exchange.queued() == 0)
+        grad = tf.reshape(tensor, [-1])
+        payload, _ = self._shared_sparse(self.slot_view(slot, grad, described.what), grad, described.header,
+                                         self.unfolded(exchange.queued() == 0))
         ticket = exchange.enqueue(payload, described.header, described.what)
         return exchange.marker(), Context(ticket, tensor, described.mismatch, self.value_encoding)
 
@@ -253,25 +300,37 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         return Described(what, header, f"hvd_gradpart: ranks disagree on {what} under {setting}: every rank "
                                        "must build the same model and the same compressor settings")
 
-    def _sparse(self, slot, grad, described, opens_group):
+    def _sparse(self, view, grad, header, opens_group):
         """Selects, stores the residual and records. Returns the payload to gather and float64
         counts: bytes sent, values sent, values the rule offered before its guards, the
-        accumulated values' energy, the sent values' energy and the least sent value squared."""
+        accumulated values' energy, the sent values' energy and the least sent value squared.
+
+        Args:
+            view: the gradient's ``SlotView``.
+            grad: its flat gradient.
+            header: the digest its payload's header carries.
+            opens_group: bool tensor, its payload opens the group (and carries the group's tag).
+        """
         n = grad.shape.num_elements()
-        swept = self.run_sweep(slot, grad, described.what)
-        indices, diagnostics = self.select(swept, grad, slot)
+        swept = self.run_sweep(view, grad)
+        indices, diagnostics = self.select(swept, grad, view)
         values = tf.gather(swept.acc, indices)
-        encoded = exchange.encode(values, indices, n, self.value_encoding, described.header, ascending=True)
-        self._store(slot, swept, indices, encoded.sent)
+        encoded = exchange.encode(values, indices, n, self.value_encoding, header, ascending=True)
+        self._store(view, swept, indices, encoded.sent)
         sent = exchange.sent_bytes(encoded.payload, opens_group)
-        slot.metrics.record(elements=n, dense_bytes=n * grad.dtype.size, sent_elements=tf.size(indices),
-                            sent_bytes=sent, wire_format=encoded.format, **diagnostics)
+        metrics.record(view.metrics, elements=n, dense_bytes=n * grad.dtype.size, sent_elements=tf.size(indices),
+                       sent_bytes=sent, wire_format=encoded.format, **diagnostics)
         squares = tf.square(tf.cast(values, tf.float64))
         least = tf.reduce_min(squares)  # +inf when nothing was sent (then unused)
         as64 = lambda x: tf.cast(x, tf.float64)
         counts = tf.stack([as64(sent), as64(tf.size(indices)), as64(swept.candidates.count), as64(swept.energy),
                            tf.reduce_sum(squares), least])
         return encoded.payload, counts
+
+    @tf.function(autograph=False, experimental_attributes={"_noinline": True})
+    def _shared_sparse(self, view, grad, header, opens_group):
+        """``_sparse`` as one function per size and dtype, shared by every gradient of them."""
+        return self._sparse(view, grad, header, opens_group)
 
     def _whole(self, tensor):
         """Queues every element of a small float tensor whose dtype is not the marker's."""
@@ -303,10 +362,18 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         if ctx is None:
             return tensor
         self._hint_if_per_tensor(tensor)
-        n = ctx.original.shape.num_elements()
-        total = exchange.decode_sum(ctx.ticket.payloads(), n, ctx.original.dtype, ctx.encoding,
-                                    exchange.marker_scale(tensor), ctx.mismatch)
+        total = self._shared_decode(ctx.ticket.payloads(), exchange.marker_scale(tensor), self.unfolded(False),
+                                    tf.zeros([0], ctx.original.dtype), ctx.original.shape.num_elements(),
+                                    ctx.original.dtype, ctx.encoding, self.unfolded(ctx.mismatch))
         return self._finish(total, ctx)
+
+    @tf.function(autograph=False, experimental_attributes={"_noinline": True})
+    def _shared_decode(self, payloads, scale, dense, reduced, n, dtype, encoding, mismatch):
+        """Every rank's payload decoded into the dense sum, times ``scale`` (``dense``: the
+        first ``n`` values of ``reduced``, Horovod's own sum, instead); one function per size,
+        dtype and encoding, shared by every gradient of them."""
+        return branch.cond(dense, lambda: reduced[:n], lambda: exchange.decode_sum(
+            payloads, n, dtype, encoding, scale, mismatch))
 
     @staticmethod
     def _finish(total, ctx):

@@ -50,6 +50,8 @@ class DGCCompressor(SparseCompressor):
         **kwargs: see ``SparseCompressor``.
     """
 
+    DIAGNOSTICS = ("density", "threshold")
+
     def __init__(self, density=0.001, momentum=0.9, clip_norm=None, warmup_steps=100,
                  warmup_densities=WARMUP_DENSITIES, sample_ratio=0.01, **kwargs):
         super().__init__(**kwargs)

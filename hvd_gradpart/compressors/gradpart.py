@@ -57,6 +57,8 @@ class GradPartCompressor(LinkAwareCompressor):
             ``SparseCompressor``.
     """
 
+    DIAGNOSTICS = ("family", "mu", "alpha", "beta", "key_size", "tau_key", "tau_sparse")
+
     def __init__(self, sample_size=4096, prediction_decay=0.9, margin=0.0,
                  density_floor=1e-4, density_ceiling=0.02, warmup_steps=0, fit=True, partition=True,
                  entropy=True, predict=True, fixed_density=1e-3, value_encoding="fp16",
@@ -125,7 +127,7 @@ class GradPartCompressor(LinkAwareCompressor):
                              tf.constant(stats.GAUSSIAN))
         sample, valid = stats.fixed_sample(grad, self.sample_size)
         return self.plan(sample, valid, previous, s["steps"].read_value(),
-                         tf.constant(grad.shape.num_elements(), tf.float64), self.price(slot))
+                         tf.constant(grad.shape.num_elements(), tf.float64), slot.price)
 
     def mask(self, acc, grad, state, plan):
         fit, _, edge, tau_key, tau_sparse = plan

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from hvd_gradpart import branch, exchange
+from hvd_gradpart import branch, exchange, metrics
 from hvd_gradpart.budget import FIGURES, Budget
 from hvd_gradpart.compressors.base import Context, SparseCompressor, _OnDefaultInstance
 from hvd_gradpart.memory import called_at_call_time, function_graph
@@ -79,30 +79,39 @@ class LinkAwareCompressor(SparseCompressor):
         with tf.control_dependencies([grad]):
             began = tf.timestamp()
         tail = tf.concat([exchange.marker(), tf.cast(now[2:], exchange.MARKER_DTYPE)], 0) if first else exchange.marker()
-        opens_group = exchange.queued() == 0
-
-        def sparse():
-            payload, counts = self._sparse(slot, grad, described, opens_group)
-            return tail, payload, counts
-
-        out, payload, counts = branch.cond(dense, lambda: self._dense(slot, grad, tail, budget), sparse)
+        values, payload = self._shared_step(self.slot_view(slot, grad, described.what), grad, dense, began,
+                                            budget.stamps_of(slot.key), budget.config.drain, described.header,
+                                            self.unfolded(exchange.queued() == 0))
         ticket = exchange.enqueue(payload, described.header, described.what, skip=dense)
-        out = budget.left(slot.key, began, out, counts, dense, grad.shape.num_elements())
         context = Context(ticket, tensor, described.mismatch, self.value_encoding)
-        return out, LinkContext(context, budget, slot.key, dense, first)
+        return tf.concat([values, tail], 0), LinkContext(context, budget, slot.key, dense, first)
 
-    def _dense(self, slot, grad, tail, budget):
-        """A dense step's output: the gradient with ``drain`` of its residual flushed in (the
-        rest drains on later steps, so a stale residual never hits the optimizer at once),
-        then ``tail``; no payload; its counts."""
+    @tf.function(autograph=False, experimental_attributes={"_noinline": True})
+    def _shared_step(self, view, grad, dense, began, stamps, drain, header, opens_group):
+        """One gradient's step, one function per size and dtype shared by every gradient of
+        them: on a dense step the gradient (``_dense``), else the sparse step; then its stamps.
+        Returns what precedes the marker in Horovod's allreduce (the gradient, or nothing) and
+        the payload to gather (nothing on a dense step)."""
+        def sparse():
+            payload, counts = self._sparse(view, grad, header, opens_group)
+            return tf.zeros([0], grad.dtype), payload, counts
+
+        values, payload, counts = branch.cond(dense, lambda: self._dense(view, grad, drain), sparse)
+        values = Budget.left(stamps, began, values, counts, dense, grad.shape.num_elements())
+        return values, payload
+
+    def _dense(self, view, grad, drain):
+        """A dense step: the gradient with ``drain`` of its residual flushed in (the rest
+        drains on later steps, so a stale residual never hits the optimizer at once), no
+        payload, its counts."""
         n = grad.shape.num_elements()
-        residual = slot.residual.value()
-        flushed = budget.config.drain * residual
-        slot.residual.assign(residual - flushed, read_value=False)
+        residual = view.residual.value()
+        flushed = drain * residual
+        view.residual.assign(residual - flushed, read_value=False)
         dense_bytes = n * grad.dtype.size
-        slot.metrics.record(elements=n, dense_bytes=dense_bytes, sent_elements=n, sent_bytes=dense_bytes)
+        metrics.record(view.metrics, elements=n, dense_bytes=dense_bytes, sent_elements=n, sent_bytes=dense_bytes)
         counts = tf.constant([float(dense_bytes), n, n, 0.0, 0.0, 0.0], tf.float64)
-        return tf.concat([grad + flushed, tail], 0), tf.zeros([0], tf.uint8), counts
+        return grad + flushed, tf.zeros([0], tf.uint8), counts
 
     @_OnDefaultInstance
     def decompress(self, tensor, ctx):
@@ -114,8 +123,8 @@ class LinkAwareCompressor(SparseCompressor):
         tensor, payloads = ctx.budget.arrived(ctx.key, (tensor, context.ticket.payloads()))
         tail = 1 + FIGURES if ctx.first else 1
         marker = tensor[-tail:][:1]
-        total = branch.cond(ctx.dense, lambda: tensor[:n], lambda: exchange.decode_sum(
-            payloads, n, context.original.dtype, context.encoding, exchange.marker_scale(marker), context.mismatch))
+        total = self._shared_decode(payloads, exchange.marker_scale(marker), ctx.dense, tensor, n,
+                                    context.original.dtype, context.encoding, self.unfolded(context.mismatch))
         if ctx.first:
             with tf.control_dependencies([ctx.budget.brought(tensor[-FIGURES:], marker[0])]):
                 total = tf.identity(total)

@@ -94,8 +94,9 @@ class PowerSGDCompressor(SparseCompressor):
         slot = self.memory.slot(tensor, {
             "q": lambda n, _: tf.random.stateless_normal([fan_in, r], start, dtype=dtype),
             "step": lambda n, _: tf.constant(0, tf.int64)})
-        acc = self.run_sweep(slot, tf.reshape(tensor, [-1]),
-                             f"gradient {slot.key} ({tensor.dtype.name}{tensor.shape})").acc
+        grad = tf.reshape(tensor, [-1])
+        acc = self.run_sweep(self.slot_view(slot, grad, f"gradient {slot.key} ({tensor.dtype.name}{tensor.shape})"),
+                             grad).acc
         m_t, q = tf.reshape(tf.cast(acc, dtype), [fan_in, out]), slot.state["q"].value()
         if self.warmup_steps:
             dense = slot.state["step"] < self.warmup_steps

@@ -118,6 +118,8 @@ class SIDCoCompressor(SparseCompressor):
         **kwargs: see ``SparseCompressor``.
     """
 
+    DIAGNOSTICS = ("threshold",)
+
     def __init__(self, delta=0.001, stages=2, family="exponential", **kwargs):
         super().__init__(**kwargs)
         _check("delta", delta, 0.0 < delta < 1.0, "in (0, 1)")
