@@ -63,13 +63,13 @@ def sizes(indices, n, value_bytes, sample=SAMPLE):
     # Escapes per width, sum(floor(gap / (2 ** b - 1))): a float division is exact here (float32
     # below 2 ** 23 elements: gaps, quotients and their sums stay under 2 ** 24) and much
     # cheaper than an integer one.
-    exact = tf.float32 if n <= 2 ** 23 else tf.float64
+    exact = tf.float32 if isinstance(n, int) and n <= 2 ** 23 else tf.float64
     escape = tf.constant([2 ** b - 1 for b in GAP_WIDTHS], exact)
     escapes = tf.cast(tf.reduce_sum(tf.floor(tf.cast(picked, exact)[:, None] / escape), 0), tf.float64)
     scale = tf.math.divide_no_nan(tf.cast(k, tf.float64), tf.cast(tf.size(picked), tf.float64))
     codes = k + tf.cast(tf.round(escapes * scale), tf.int64)
     positions = (codes * tf.constant(GAP_WIDTHS, tf.int64) + 7) // 8
-    dense = tf.constant([n * value_bytes], tf.int64)
+    dense = tf.reshape(tf.cast(n, tf.int64) * value_bytes, [1])
     return HEADER_BYTES + tf.concat([dense, positions + k * value_bytes], 0)
 
 
@@ -126,7 +126,7 @@ def _unpack(b, packed):
 
 def encode(values, indices, n, header_digest=0, form=None, ascending=False):
     """The payload of ``values`` (already in their wire dtype) at distinct int32 ``indices`` of an
-    ``n``-element tensor, in the smallest format (or in ``form``, one of ``FORMATS``). Every
+    ``n``-element tensor (``n`` and ``header_digest``: ints or int32 tensors), in the smallest format (or in ``form``, one of ``FORMATS``). Every
     format is computed by one graph (the positions of ``DENSE`` and the scatter of any other
     format are empty), so a payload costs no branch.
 
@@ -156,7 +156,7 @@ def encode(values, indices, n, header_digest=0, form=None, ascending=False):
     scattered = tf.math.unsorted_segment_sum(values, tf.where(dense, indices, -1), tf.where(dense, n, 0))
     body = [positions[:tf.where(dense, 0, tf.size(positions))], _as_bytes(scattered),
             _as_bytes(values[:tf.where(dense, 0, k)])]
-    header = tf.concat([_as_bytes(tf.constant([-1 - header_digest], tf.int32)),
+    header = tf.concat([_as_bytes(tf.reshape(-1 - tf.cast(header_digest, tf.int32), [1])),
                         tf.cast(form, tf.uint8)[None], _as_bytes(k[None])], 0)
     return tf.concat([header, *body], 0), form
 

@@ -56,9 +56,18 @@ class Swept(NamedTuple):
 
 
 def by_size(compiled, n):
-    """``compiled`` (a ``tf.function(jit_compile=True)``) for a pass over ``n`` elements from
-    ``XLA_MIN_ELEMENTS`` up, else its Python function as plain kernels (nothing compiles)."""
-    return compiled if n >= XLA_MIN_ELEMENTS else compiled.python_function
+    """``compiled`` (a ``tf.function(jit_compile=True)`` whose first argument is the flat tensor
+    passed over) for ``n`` elements from ``XLA_MIN_ELEMENTS`` up, else its Python function as
+    plain kernels (nothing compiles); with ``n`` None (known as the graph runs) a function that
+    chooses so at run time."""
+    if n is not None:
+        return compiled if n >= XLA_MIN_ELEMENTS else compiled.python_function
+
+    def either(x, *args):
+        return tf.cond(tf.size(x) >= XLA_MIN_ELEMENTS, lambda: compiled(x, *args),
+                       lambda: compiled.python_function(x, *args))
+
+    return either
 
 
 def mask_bytes(acc, mask=None):
@@ -66,7 +75,7 @@ def mask_bytes(acc, mask=None):
     marked = tf.logical_not(tf.math.is_finite(acc))
     if mask is not None:
         marked = marked | mask
-    return tf.pad(tf.cast(marked, tf.uint8), [[0, -acc.shape.num_elements() % WORD]])
+    return tf.pad(tf.cast(marked, tf.uint8), [[0, tf.math.floormod(-tf.size(acc), WORD)]])
 
 
 def compact(marked):

@@ -31,9 +31,10 @@ class Fit(NamedTuple):
 
 
 def strided_sample(x, size):
-    """At most ``size`` evenly strided elements of flat ``x`` (O(size))."""
+    """At most ``size`` evenly strided elements of flat ``x`` (O(size); ``x``'s length may be
+    known only as the graph runs)."""
     n = x.shape.num_elements()
-    stride = max(1, -(-n // size))
+    stride = max(1, -(-n // size)) if n is not None else tf.maximum(1, (tf.size(x) + size - 1) // size)
     return x[::stride][:size]
 
 
@@ -41,8 +42,8 @@ def fixed_sample(x, size):
     """``strided_sample`` zero-padded to exactly ``size`` elements, and a bool mask of the sampled
     ones: every tensor size gives the same shape, so what takes the sample compiles once."""
     sample = strided_sample(x, size)
-    taken = sample.shape.num_elements()
-    return tf.pad(sample, [[0, size - taken]]), tf.range(size) < taken
+    taken = tf.size(sample)
+    return tf.reshape(tf.pad(sample, [[0, size - taken]]), [size]), tf.range(size) < taken
 
 
 def beta_from_ratio(rho):

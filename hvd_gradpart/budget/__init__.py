@@ -128,7 +128,7 @@ class Budget(tf.Module):
         with tf.control_dependencies(tf.nest.flatten(after)):
             left = tf.timestamp()
         row = tf.concat([tf.stack([began, left, tf.zeros([], tf.float64)]), counts[:3],
-                         tf.constant([float(elements)], tf.float64), counts[3:],
+                         tf.reshape(tf.cast(elements, tf.float64), [1]), counts[3:],
                          tf.cast(tf.reshape(dense, [1]), tf.float64)], 0)
         stamp = stamps.assign(row, read_value=False)
         with tf.control_dependencies([stamp]):

@@ -54,7 +54,7 @@ class Context(NamedTuple):
 class SlotView(NamedTuple):
     """A gradient's variables and figures, as the step shared by every gradient of its size takes them."""
 
-    residual: tf.Variable  # its residual
+    residual: tf.Tensor    # its residual's value (a step returns the next one, which the caller stores)
     state: dict            # name -> its per-method variable
     inputs: dict           # name -> what ``accumulate`` gets (``SparseCompressor.inputs``)
     metrics: dict          # name -> its metrics variable (``TensorMetrics.values``), every name declared
@@ -212,7 +212,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
     def slot_view(self, slot, grad, what="the gradient"):
         """``SlotView`` of ``slot`` for a step on the flat ``grad``."""
         slot.metrics.declare(metrics.COUNTERS + ("wire_format",) + self.DIAGNOSTICS)
-        return SlotView(slot.residual, dict(slot.state), self.inputs(slot, grad), dict(slot.metrics.values),
+        return SlotView(slot.residual.value(), dict(slot.state), self.inputs(slot, grad), dict(slot.metrics.values),
                         self.price(slot), self.unfolded(what))
 
     def unfolded(self, value):
@@ -247,7 +247,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
             tf.errors.InvalidArgumentError: NaN or Inf, naming ``view.what``.
         """
         grad = self.transform(grad)
-        residual, state = view.residual.value(), view.inputs
+        residual, state = view.residual, view.inputs
         plan = self.prepare(residual, grad, state, view)
         sweep = fused.by_size(self._sweep, grad.shape.num_elements())
         acc, state, marked, energy = sweep(residual, grad, state, plan)
@@ -260,12 +260,12 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
             return fused.Swept(gate(acc), gate(state), gate(candidates), plan, energy)
 
     def _store(self, view, swept, indices, sent):
-        """Error feedback: the residual keeps ``acc`` less what was ``sent``
-        (in place: nothing else reads ``acc`` by then); the state follows."""
-        view.residual.assign(fused.subtract_at(swept.acc, indices, sent), read_value=False)
+        """Error feedback: the next residual, ``acc`` less what was ``sent`` (in place: nothing
+        else reads ``acc`` by then); the state is stored."""
         for name, value in self.after_send(swept.state, indices).items():
             if name in view.state:
                 view.state[name].assign(value, read_value=False)
+        return fused.subtract_at(swept.acc, indices, sent)
 
     # Horovod's Compressor API ---------------------------------------------
 
@@ -287,8 +287,9 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         slot = self.memory.slot(tensor, self.state_spec())
         described = self.describe(tensor, slot)
         grad = tf.reshape(tensor, [-1])
-        payload, _ = self._shared_sparse(self.slot_view(slot, grad, described.what), grad, described.header,
-                                         self.unfolded(exchange.queued() == 0))
+        payload, _, residual = self._shared_sparse(self.slot_view(slot, grad, described.what), grad, described.header,
+                                                   self.unfolded(exchange.queued() == 0))
+        slot.residual.assign(residual, read_value=False)
         ticket = exchange.enqueue(payload, described.header, described.what)
         return exchange.marker(), Context(ticket, tensor, described.mismatch, self.value_encoding)
 
@@ -301,22 +302,22 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
                                        "must build the same model and the same compressor settings")
 
     def _sparse(self, view, grad, header, opens_group):
-        """Selects, stores the residual and records. Returns the payload to gather and float64
-        counts: bytes sent, values sent, values the rule offered before its guards, the
-        accumulated values' energy, the sent values' energy and the least sent value squared.
+        """Selects and records. Returns the payload to gather, float64 counts (bytes sent,
+        values sent, values the rule offered before its guards, the accumulated values'
+        energy, the sent values' energy and the least sent value squared) and the next residual.
 
         Args:
             view: the gradient's ``SlotView``.
-            grad: its flat gradient.
-            header: the digest its payload's header carries.
+            grad: its flat gradient (its length may be known only as the graph runs).
+            header: the digest its payload's header carries (an int or int32 tensor).
             opens_group: bool tensor, its payload opens the group (and carries the group's tag).
         """
-        n = grad.shape.num_elements()
+        n = elements(grad)
         swept = self.run_sweep(view, grad)
         indices, diagnostics = self.select(swept, grad, view)
         values = tf.gather(swept.acc, indices)
         encoded = exchange.encode(values, indices, n, self.value_encoding, header, ascending=True)
-        self._store(view, swept, indices, encoded.sent)
+        residual = self._store(view, swept, indices, encoded.sent)
         sent = exchange.sent_bytes(encoded.payload, opens_group)
         metrics.record(view.metrics, elements=n, dense_bytes=n * grad.dtype.size, sent_elements=tf.size(indices),
                        sent_bytes=sent, wire_format=encoded.format, **diagnostics)
@@ -325,7 +326,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         as64 = lambda x: tf.cast(x, tf.float64)
         counts = tf.stack([as64(sent), as64(tf.size(indices)), as64(swept.candidates.count), as64(swept.energy),
                            tf.reduce_sum(squares), least])
-        return encoded.payload, counts
+        return encoded.payload, counts, residual
 
     @tf.function(autograph=False, experimental_attributes={"_noinline": True})
     def _shared_sparse(self, view, grad, header, opens_group):
@@ -363,15 +364,16 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
             return tensor
         self._hint_if_per_tensor(tensor)
         total = self._shared_decode(ctx.ticket.payloads(), exchange.marker_scale(tensor), self.unfolded(False),
-                                    tf.zeros([0], ctx.original.dtype), ctx.original.shape.num_elements(),
+                                    tf.zeros([0], ctx.original.dtype), self.unfolded(ctx.original.shape.num_elements()),
                                     ctx.original.dtype, ctx.encoding, self.unfolded(ctx.mismatch))
         return self._finish(total, ctx)
 
-    @tf.function(autograph=False, experimental_attributes={"_noinline": True})
+    @tf.function(autograph=False, reduce_retracing=True, experimental_attributes={"_noinline": True})
     def _shared_decode(self, payloads, scale, dense, reduced, n, dtype, encoding, mismatch):
-        """Every rank's payload decoded into the dense sum, times ``scale`` (``dense``: the
-        first ``n`` values of ``reduced``, Horovod's own sum, instead); one function per size,
-        dtype and encoding, shared by every gradient of them."""
+        """Every rank's payload decoded into the dense sum of ``n`` (an int32 tensor) values,
+        times ``scale`` (``dense``: the first ``n`` values of ``reduced``, Horovod's own sum,
+        instead); one function per dtype and encoding, whatever the size (traced twice: the
+        second size makes the shapes general), shared by every gradient."""
         return branch.cond(dense, lambda: reduced[:n], lambda: exchange.decode_sum(
             payloads, n, dtype, encoding, scale, mismatch))
 
@@ -379,6 +381,12 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
     def _finish(total, ctx):
         """The flat decoded sum in the gradient's shape."""
         return tf.reshape(total, ctx.original.shape)
+
+
+def elements(tensor):
+    """The number of elements of ``tensor``: an int where its shape says, else an int32 tensor."""
+    n = tensor.shape.num_elements()
+    return tf.size(tensor) if n is None else n
 
 
 def _travels_whole(tensor):

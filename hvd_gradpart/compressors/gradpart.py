@@ -127,7 +127,7 @@ class GradPartCompressor(LinkAwareCompressor):
                              tf.constant(stats.GAUSSIAN))
         sample, valid = stats.fixed_sample(grad, self.sample_size)
         return self.plan(sample, valid, previous, s["steps"].read_value(),
-                         tf.constant(grad.shape.num_elements(), tf.float64), slot.price)
+                         tf.cast(tf.size(grad), tf.float64), slot.price)
 
     def mask(self, acc, grad, state, plan):
         fit, _, edge, tau_key, tau_sparse = plan
@@ -156,11 +156,13 @@ class GradPartCompressor(LinkAwareCompressor):
         """The candidates' indices; over the ceiling the largest of them (``topk.top_among``
         the candidates, no pass over the tensor); under the floor (the warm-up's at
         ``steps`` while it lasts) exact top-k of the whole tensor (``topk.top_k``)."""
-        n = acc.shape.num_elements()
-        low = min(n, max(1, math.ceil(self.density_floor * n))) if self.density_floor > 0 else 0
-        high = max(low, math.floor(self.density_ceiling * n))
+        n = tf.cast(tf.size(acc), tf.float64)
+        one = tf.constant(1.0, tf.float64)
+        low = tf.minimum(n, tf.maximum(one, tf.math.ceil(self.density_floor * n))) if self.density_floor > 0 else 0 * n
+        high = tf.maximum(low, tf.floor(self.density_ceiling * n))
         if self.warmup_steps > 0 and self.density_floor > 0:
-            low = tf.clip_by_value(tf.cast(tf.math.ceil(self.floor(steps) * n), tf.int32), low, high)
+            low = tf.clip_by_value(tf.math.ceil(self.floor(steps) * n), low, high)
+        low, high = tf.cast(low, tf.int32), tf.cast(high, tf.int32)
         count = candidates.count
         capped = lambda: tf.cond(count > high, lambda: topk.top_among(acc, candidates, high),
                                  lambda: candidates.indices)

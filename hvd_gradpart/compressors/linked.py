@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from hvd_gradpart import branch, exchange, metrics
 from hvd_gradpart.budget import FIGURES, Budget
-from hvd_gradpart.compressors.base import Context, SparseCompressor, _OnDefaultInstance
+from hvd_gradpart.compressors.base import Context, SparseCompressor, _OnDefaultInstance, elements
 from hvd_gradpart.memory import called_at_call_time, function_graph
 
 
@@ -79,39 +79,39 @@ class LinkAwareCompressor(SparseCompressor):
         with tf.control_dependencies([grad]):
             began = tf.timestamp()
         tail = tf.concat([exchange.marker(), tf.cast(now[2:], exchange.MARKER_DTYPE)], 0) if first else exchange.marker()
-        values, payload = self._shared_step(self.slot_view(slot, grad, described.what), grad, dense, began,
-                                            budget.stamps_of(slot.key), budget.config.drain, described.header,
-                                            self.unfolded(exchange.queued() == 0))
+        values, payload, residual = self._shared_step(
+            self.slot_view(slot, grad, described.what), grad, dense, began, budget.stamps_of(slot.key),
+            budget.config.drain, self.unfolded(described.header), self.unfolded(exchange.queued() == 0))
+        slot.residual.assign(residual, read_value=False)
         ticket = exchange.enqueue(payload, described.header, described.what, skip=dense)
         context = Context(ticket, tensor, described.mismatch, self.value_encoding)
         return tf.concat([values, tail], 0), LinkContext(context, budget, slot.key, dense, first)
 
-    @tf.function(autograph=False, experimental_attributes={"_noinline": True})
+    @tf.function(autograph=False, reduce_retracing=True, experimental_attributes={"_noinline": True})
     def _shared_step(self, view, grad, dense, began, stamps, drain, header, opens_group):
-        """One gradient's step, one function per size and dtype shared by every gradient of
-        them: on a dense step the gradient (``_dense``), else the sparse step; then its stamps.
-        Returns what precedes the marker in Horovod's allreduce (the gradient, or nothing) and
-        the payload to gather (nothing on a dense step)."""
+        """One gradient's step: on a dense step the gradient (``_dense``), else the sparse step;
+        then its stamps. One function per dtype, whatever the size (traced twice: the second
+        size makes the shapes general), shared by every gradient. Returns what precedes the
+        marker in Horovod's allreduce (the gradient, or nothing), the payload to gather
+        (nothing on a dense step) and the next residual."""
         def sparse():
-            payload, counts = self._sparse(view, grad, header, opens_group)
-            return tf.zeros([0], grad.dtype), payload, counts
+            payload, counts, residual = self._sparse(view, grad, header, opens_group)
+            return tf.zeros([0], grad.dtype), payload, counts, residual
 
-        values, payload, counts = branch.cond(dense, lambda: self._dense(view, grad, drain), sparse)
-        values = Budget.left(stamps, began, values, counts, dense, grad.shape.num_elements())
-        return values, payload
+        values, payload, counts, residual = branch.cond(dense, lambda: self._dense(view, grad, drain), sparse)
+        values = Budget.left(stamps, began, values, counts, dense, elements(grad))
+        return values, payload, residual
 
     def _dense(self, view, grad, drain):
         """A dense step: the gradient with ``drain`` of its residual flushed in (the rest
         drains on later steps, so a stale residual never hits the optimizer at once), no
-        payload, its counts."""
-        n = grad.shape.num_elements()
-        residual = view.residual.value()
-        flushed = drain * residual
-        view.residual.assign(residual - flushed, read_value=False)
+        payload, its counts and the next residual."""
+        n = tf.cast(elements(grad), tf.float64)
+        flushed = drain * view.residual
         dense_bytes = n * grad.dtype.size
         metrics.record(view.metrics, elements=n, dense_bytes=dense_bytes, sent_elements=n, sent_bytes=dense_bytes)
-        counts = tf.constant([float(dense_bytes), n, n, 0.0, 0.0, 0.0], tf.float64)
-        return grad + flushed, tf.zeros([0], tf.uint8), counts
+        counts = tf.stack([dense_bytes, n, n, *[tf.constant(0.0, tf.float64)] * 3])
+        return grad + flushed, tf.zeros([0], tf.uint8), counts, view.residual - flushed
 
     @_OnDefaultInstance
     def decompress(self, tensor, ctx):
@@ -123,7 +123,7 @@ class LinkAwareCompressor(SparseCompressor):
         tensor, payloads = ctx.budget.arrived(ctx.key, (tensor, context.ticket.payloads()))
         tail = 1 + FIGURES if ctx.first else 1
         marker = tensor[-tail:][:1]
-        total = self._shared_decode(payloads, exchange.marker_scale(marker), ctx.dense, tensor, n,
+        total = self._shared_decode(payloads, exchange.marker_scale(marker), ctx.dense, tensor, self.unfolded(n),
                                     context.original.dtype, context.encoding, self.unfolded(context.mismatch))
         if ctx.first:
             with tf.control_dependencies([ctx.budget.brought(tensor[-FIGURES:], marker[0])]):

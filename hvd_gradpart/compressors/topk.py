@@ -70,15 +70,16 @@ def top_among(x, candidates, k):
 def sampled_threshold(sample, k, n):
     """A magnitude at least ``k`` elements of an ``n``-element tensor probably
     reach (module doc), from its strided ``sample``. When the sample cannot
-    narrow ``k`` down: None for an int ``k``, +inf (no candidates) for a
-    tensor ``k``."""
+    narrow ``k`` down: None when ``k``, ``n`` and the sample's length are
+    Python ints, else +inf (no candidates)."""
     sample = tf.abs(sample)
     m = sample.shape.num_elements()
-    if isinstance(k, int):
+    if isinstance(k, int) and isinstance(n, int) and m is not None:
         expected = k * m / n
         rank = math.ceil(expected + 3 * math.sqrt(expected) + 2)
         return None if rank >= m else tf.reduce_min(tf.math.top_k(sample, k=rank, sorted=False).values)
-    expected = tf.cast(k, tf.float64) * m / n
+    m = tf.size(sample)
+    expected = tf.cast(k, tf.float64) * tf.cast(m, tf.float64) / tf.cast(n, tf.float64)
     rank = tf.cast(tf.math.ceil(expected + 3 * tf.sqrt(expected) + 2), tf.int32)
     t = tf.reduce_min(tf.math.top_k(sample, k=tf.minimum(rank, m), sorted=False).values)
     return tf.where(rank < m, t, tf.constant(float("inf"), sample.dtype))
@@ -102,7 +103,7 @@ def top_k(x, k):
     (``k`` an int or an int32 scalar tensor), by the module doc's route: a
     sampled threshold, one compiled mask pass, then ``exact_top_k``."""
     n = x.shape.num_elements()
-    t = sampled_threshold(stats.strided_sample(x, SAMPLE_SIZE), k, n)
+    t = sampled_threshold(stats.strided_sample(x, SAMPLE_SIZE), k, tf.size(x) if n is None else n)
     if t is None:
         return _top(x, k)
     return exact_top_k(x, fused.compact(fused.by_size(_at_least, n)(x, t)), k)
