@@ -222,3 +222,32 @@ def test_method_specs_name_a_configured_compressor():
         "fixed", "gradpart", {"follow_link": False, "margin": 0.5})
     with pytest.raises(Exception, match="not registered"):
         method_spec("x=nosuch")
+
+
+def test_startup_counts_the_traced_graph_and_rates_each_first_step_against_none():
+    import tensorflow as tf
+
+    from benchmarks import startup
+
+    compiled = tf.function(lambda x: x * 2.0, jit_compile=True)
+
+    @tf.function
+    def step(x):
+        return tf.cond(x[0] > 0, lambda: compiled(x), lambda: x - 1.0)
+
+    counts = startup.graph_counts(step.get_concrete_function(tf.TensorSpec([3])))
+    assert (counts["conds"], counts["loops"], counts["xla_functions"]) == (1, 0, 1) and counts["nodes"] > 5
+    row = lambda method, first: {"model": "mlp", "groups": 1, "gradients": 6, "method": method, "trace_s": 1.0,
+                                 "first_call_s": first - 1.0, "first_step_s": first, "step_s": 0.02, **counts}
+    lines = startup.table([row("none", 2.0), row("gradpart", 5.0)]).splitlines()
+    assert "| none |" in lines[2] and "1.00x" in lines[2] and "| 2.50x |" in lines[3]
+
+
+def test_synthetic_table_rates_images_and_wall_time_against_none_and_powersgd():
+    from benchmarks import synthetic
+
+    row = lambda method, imgs, wall: {"method": method, "img_sec_per_rank": imgs, "first_two_steps_s": 3.0,
+                                      "launch_wall_s": wall, "ratio": 1.0}
+    lines = synthetic.table([row("none", 2.0, 200.0), row("powersgd", 20.0, 50.0), row("gradpart", 16.0, 60.0)])
+    gradpart = lines.splitlines()[-1]
+    assert gradpart.startswith("| gradpart | 16.0 | 8.00x | 0.80x |") and "| 60 | 1.20x |" in gradpart
