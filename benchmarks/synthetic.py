@@ -46,7 +46,8 @@ def launch(method, args):
     if done.returncode != 0 or not rows:
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
         raise SystemExit(f"synthetic: {method} failed (exit {done.returncode}):\n{tail}")
-    return {**json.loads(rows[0]), "method": method, "rate": args.rate, "controller": controller[2:],
+    row, _ = json.JSONDecoder().raw_decode(rows[0])  # a rank's later output may share the line
+    return {**row, "method": method, "rate": args.rate, "controller": controller[2:],
             "batch_size": args.batch_size, "launch_wall_s": wall_s}
 
 
@@ -75,13 +76,15 @@ def main():
     p.add_argument("--batches", type=int, default=5, help="batches per timed iteration")
     p.add_argument("--iters", type=int, default=3, help="timed iterations")
     p.add_argument("--gloo", action="store_true", help="Gloo instead of MPI")
+    p.add_argument("--append", action="store_true", help="add to --out's rows instead of starting it anew")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "synthetic" / "mobilenetv2-20mbit.jsonl"))
     args = p.parse_args()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    cluster, rows = Cluster(local=False), []
+    rows = [json.loads(line) for line in out.read_text().splitlines()] if args.append and out.exists() else []
+    cluster = Cluster(local=False)
     try:
-        with open(out, "w") as f:
+        with open(out, "a" if args.append else "w") as f:
             for method in args.methods:
                 with cluster.hold(args.rate):
                     rows.append(launch(method, args))

@@ -216,7 +216,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
                         self.price(slot), self.unfolded(what))
 
     def unfolded(self, value):
-        """``value`` (a string or bool) as a tensor read from a variable of its own (made once,
+        """``value`` (a string, bool or int) as a tensor read from a variable of its own (made once,
         untracked): a shared step takes its per-gradient arguments so, because the graph
         optimizer copies a function for every call that passes it a constant."""
         key = (type(value), value)
