@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The evaluation suite on the edge cluster, then its tables, plots and docs/results.md.
-#   bash benchmarks/suite.sh              # quick (make bench): about 5 hours on 2 cores
+#   bash benchmarks/suite.sh              # quick (make bench): about 7.5 hours on 2 cores
 #   BENCH=full bash benchmarks/suite.sh   # full (make bench-full): every model, rate and stage
 #   STAGES="tta" bash benchmarks/suite.sh # only the named stages of the mode
 # Stages: tta, the time-to-accuracy matrix (python -m benchmarks.tta; quick: mlp and lenet5 at

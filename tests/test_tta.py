@@ -61,8 +61,8 @@ def test_dry_run_plans_link_by_link_none_first_every_registered_method_and_the_g
 def test_defaults_cover_the_whole_matrix(tmp_path, capsys):
     lines, _ = plan_lines(capsys, "--results", str(tmp_path))
     assert {ln[2] for ln in lines} == {"10gbit", "100mbit", "20mbit", "10mbit"}
-    assert {ln[1] for ln in lines} == {"mlp", "lenet5", "resnet20"}
-    assert len(lines) == 3 * 4 * 3 * (len(COMPRESSORS) + 4)
+    assert {ln[1] for ln in lines} == {"mlp", "lenet5", "resnet20", "mobilenetv2"}
+    assert len(lines) == 4 * 4 * 3 * (len(COMPRESSORS) + 4)
 
 
 @pytest.mark.parametrize("args, says", [
