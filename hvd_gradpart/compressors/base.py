@@ -215,6 +215,10 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         return SlotView(slot.residual.value(), dict(slot.state), self.inputs(slot, grad), dict(slot.metrics.values),
                         self.price(slot), self.unfolded(what))
 
+    def opens_group(self):
+        """Whether the payload queued next opens its graph's group, as a shared step takes it."""
+        return self.unfolded(exchange.queued() == 0)
+
     def unfolded(self, value):
         """``value`` (a string, bool or int) as a tensor read from a variable of its own (made once,
         untracked): a shared step takes its per-gradient arguments so, because the graph
@@ -288,7 +292,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         described = self.describe(tensor, slot)
         grad = tf.reshape(tensor, [-1])
         payload, _, residual = self._shared_sparse(self.slot_view(slot, grad, described.what), grad, described.header,
-                                                   self.unfolded(exchange.queued() == 0))
+                                                   self.opens_group())
         slot.residual.assign(residual, read_value=False)
         ticket = exchange.enqueue(payload, described.header, described.what)
         return exchange.marker(), Context(ticket, tensor, described.mismatch, self.value_encoding)

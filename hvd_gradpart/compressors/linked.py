@@ -81,7 +81,7 @@ class LinkAwareCompressor(SparseCompressor):
         tail = tf.concat([exchange.marker(), tf.cast(now[2:], exchange.MARKER_DTYPE)], 0) if first else exchange.marker()
         values, payload, residual = self._shared_step(
             self.slot_view(slot, grad, described.what), grad, dense, began, budget.stamps_of(slot.key),
-            budget.config.drain, self.unfolded(described.header), self.unfolded(exchange.queued() == 0))
+            budget.config.drain, self.unfolded(described.header), self.opens_group())
         slot.residual.assign(residual, read_value=False)
         ticket = exchange.enqueue(payload, described.header, described.what, skip=dense)
         context = Context(ticket, tensor, described.mismatch, self.value_encoding)
