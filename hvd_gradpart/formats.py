@@ -1,4 +1,4 @@
-"""Where a rank's selected values sit, in the fewest bytes: a position format chosen per payload.
+"""Payload formats: where a rank's selected values sit, in the fewest bytes.
 
 A payload is one flat ``uint8`` tensor: a 9-byte header (int32 ``-1 - digest``, one byte ``b``
 naming the format, int32 ``k``, the number of values), the positions, then the ``k`` values in

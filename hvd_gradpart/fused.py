@@ -1,4 +1,4 @@
-"""The candidate mask of a sparse step: one compiled pass, compacted through 8-byte words.
+"""The candidate mask of a sparse step: one compiled pass, compacted by words.
 
 A selection rule is elementwise (``|acc| > tau``, or a rule per partition area): one XLA kernel
 evaluates it over the accumulated values and writes one byte per element. The same pass marks
