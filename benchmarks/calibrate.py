@@ -8,9 +8,10 @@ applied to every gradient as one rank would (hvd.init() in one process).
 import sys, json, numpy as np, tensorflow as tf, horovod.tensorflow as hvd
 tf.config.threading.set_intra_op_parallelism_threads(2); tf.config.threading.set_inter_op_parallelism_threads(1)
 hvd.init()
-from hvd_gradpart import get_compressor, training
-from hvd_gradpart.data import load_dataset, batches
-from hvd_gradpart.models import build_model
+from harness import training
+from harness.data import load_dataset, batches
+from harness.models import build_model
+from hvd_gradpart import get_compressor
 from hvd_gradpart.metrics import snapshot
 model_name, comp_name = sys.argv[1], sys.argv[2]
 opts = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}

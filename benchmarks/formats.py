@@ -21,9 +21,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from harness.data import load_dataset  # noqa: E402
+from harness.models import build_model  # noqa: E402
 from hvd_gradpart import exchange, formats  # noqa: E402
-from hvd_gradpart.data import load_dataset  # noqa: E402
-from hvd_gradpart.models import build_model  # noqa: E402
 
 MODELS = ("mlp", "lenet5")
 MIN_ELEMENTS = 1024  # the compressors' default: smaller tensors are sent whole

@@ -29,9 +29,10 @@ import tensorflow as tf  # noqa: E402
 
 from benchmarks import timeline  # noqa: E402
 from benchmarks.throughput import SELECTION_RULES, SHAPES, matched_topk, method_spec  # noqa: E402
-from hvd_gradpart import get_compressor, training  # noqa: E402
+from harness import training  # noqa: E402
+from harness.models import MODELS, build_model  # noqa: E402
+from hvd_gradpart import get_compressor  # noqa: E402
 from hvd_gradpart.metrics import resolve, summary  # noqa: E402
-from hvd_gradpart.models import MODELS, build_model  # noqa: E402
 
 METHODS = [("gradpart", "gradpart", {}), ("topk", "topk", {"ratio": 0.01}), ("none", "none", {})]
 

@@ -25,7 +25,7 @@ from benchmarks import frontier, scaling
 def constants(path, model):
     """The calibration of ``path`` (``scaling.json``) with the dense gradient bytes of
     ``model`` on mnist5k's 28x28 digits, as ``benchmarks.simulate`` trains it."""
-    from hvd_gradpart.models import build_model
+    from harness.models import build_model
     with open(path) as f:
         c = scaling.Constants(**json.load(f)["constants"])
     params = build_model(model, (28, 28, 1), 10).count_params()

@@ -56,10 +56,11 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import diagnose  # noqa: E402
-from hvd_gradpart import entropy, get_compressor, snapshot, stats, training  # noqa: E402
+from harness import training  # noqa: E402
+from harness.data import batches, load_dataset, shard  # noqa: E402
+from harness.models import build_model  # noqa: E402
+from hvd_gradpart import entropy, get_compressor, snapshot, stats  # noqa: E402
 from hvd_gradpart.compressors.base import SparseCompressor  # noqa: E402
-from hvd_gradpart.data import batches, load_dataset, shard  # noqa: E402
-from hvd_gradpart.models import build_model  # noqa: E402
 
 BATCH, LR, BN_BATCHES, EVALS_PER_EPOCH = 32, 0.01, 20, 4
 ADAM_LR = 1e-3

@@ -50,8 +50,9 @@ def measure(model_name, method, groups, steps):
     import numpy as np
     import tensorflow as tf
 
-    from hvd_gradpart import get_compressor, training
-    from hvd_gradpart.models import build_model
+    from harness import training
+    from harness.models import build_model
+    from hvd_gradpart import get_compressor
 
     hvd.init()
     training.limit_threads(1)
@@ -84,7 +85,8 @@ def passes(sizes, calls=50):
     """GradPart's sweep at each size: compiled (first call, then a call) against plain kernels."""
     import tensorflow as tf
 
-    from hvd_gradpart import GradPartCompressor, stats, training
+    from harness import training
+    from hvd_gradpart import GradPartCompressor, stats
 
     training.limit_threads(1)
     compressor = GradPartCompressor()

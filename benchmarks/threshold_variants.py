@@ -15,9 +15,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import horovod.tensorflow as hvd  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from hvd_gradpart import GradPartCompressor, entropy, summary, training  # noqa: E402
-from hvd_gradpart.data import batches, load_dataset  # noqa: E402
-from hvd_gradpart.models import build_model  # noqa: E402
+from harness import training  # noqa: E402
+from harness.data import batches, load_dataset  # noqa: E402
+from harness.models import build_model  # noqa: E402
+from hvd_gradpart import GradPartCompressor, entropy, summary  # noqa: E402
 
 VARIANTS = {
     "default": lambda steps, n, value: 1.0,

@@ -24,8 +24,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from benchmarks.simulate import parse_run  # noqa: E402
-from hvd_gradpart import COMPRESSORS, SparseCompressor, get_compressor, training  # noqa: E402
-from hvd_gradpart.models import MODELS, build_model  # noqa: E402
+from harness import training  # noqa: E402
+from harness.models import MODELS, build_model  # noqa: E402
+from hvd_gradpart import COMPRESSORS, SparseCompressor, get_compressor  # noqa: E402
 
 SHAPES = {"mlp": (28, 28, 1), "lenet5": (28, 28, 1), "resnet20": (32, 32, 3), "embedding": (28, 28, 1),
           "resnet44": (32, 32, 3)}

@@ -3,7 +3,7 @@
 A run is one launch of ``scripts/train.py``: a model on mnist5k, a link rate, a method and a
 seed, 2 ranks, batch 32 per rank, evaluated every quarter epoch. Per (model, link, seed) no
 compression (``none``) runs first, for its step budget ``BUDGET_STEPS``; its final accuracy
-gives the targets, 95 % and 99 % of it (``hvd_gradpart.progress``). Every other method then
+gives the targets, 95 % and 99 % of it (``harness.progress``). Every other method then
 stops at whichever comes first: the first evaluation at or above the 99 % target
 (``--stop-at-acc``), ``STEP_FACTOR`` times the budget in steps (``--max-steps``: sparse
 methods may need more steps than no compression), or ``TIME_FACTOR`` times no compression's
@@ -29,8 +29,8 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+from harness.progress import final_record, targets
 from hvd_gradpart import COMPRESSORS
-from hvd_gradpart.progress import final_record, targets
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "tta"

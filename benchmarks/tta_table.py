@@ -3,7 +3,7 @@
 Reads what ``python -m benchmarks.tta`` wrote (``benchmarks/tta_plan.py``). Per run, against
 no compression's run of the same model, link and seed: the training clock after the first step
 (``train_s - first_step_s``) and the steps at the first evaluation at or above 95 % and 99 % of
-no compression's final accuracy (``hvd_gradpart.progress``); the final accuracy (where the run
+no compression's final accuracy (``harness.progress``); the final accuracy (where the run
 stopped: at the 99 % target or a limit; no compression at its budget); the compression ratio
 (the compressor's own accounting); the bytes on rank 0's node link, both directions, until the
 evaluation that reached 99 % (the whole run where none did); and the first step (tracing, XLA
@@ -16,7 +16,7 @@ import math
 import statistics
 
 from benchmarks import tta_plan as tp
-from hvd_gradpart.progress import SHARES, final_record, slowest_step, targets, time_to_accuracy
+from harness.progress import SHARES, final_record, slowest_step, targets, time_to_accuracy
 
 LOW, HIGH = SHARES
 COLUMNS = [("to 95 %: s", "s95", ".1f"), ("steps", "steps95", ".0f"), ("to 99 %: s", "s99", ".1f"),

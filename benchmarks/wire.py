@@ -28,8 +28,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from benchmarks.throughput import method_spec  # noqa: E402
-from hvd_gradpart import get_compressor, training  # noqa: E402
-from hvd_gradpart.models import MODELS, build_model  # noqa: E402
+from harness import training  # noqa: E402
+from harness.models import MODELS, build_model  # noqa: E402
+from hvd_gradpart import get_compressor  # noqa: E402
 
 SHAPE = (28, 28, 1)  # the MNIST-sized models; one input shape keeps rows comparable
 SETTINGS = ("HOROVOD_CYCLE_TIME", "HOROVOD_CACHE_CAPACITY", "HOROVOD_FUSION_THRESHOLD")

@@ -20,9 +20,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import horovod.tensorflow.keras as hvd  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from hvd_gradpart import COMPRESSORS, elastic, get_compressor, training  # noqa: E402
-from hvd_gradpart.data import DATASETS, load_dataset, shard  # noqa: E402
-from hvd_gradpart.models import MODELS, build_model  # noqa: E402
+from harness import training  # noqa: E402
+from harness.data import DATASETS, load_dataset, shard  # noqa: E402
+from harness.models import MODELS, build_model  # noqa: E402
+from hvd_gradpart import COMPRESSORS, elastic, get_compressor  # noqa: E402
 
 
 def parse_args(argv=None):

@@ -31,6 +31,11 @@ if ! "$VENV/bin/python" -c 'import horovod.tensorflow' 2>/dev/null; then
     "${PIP[@]}" install -c constraints.txt --no-build-isolation horovod
 fi
 "${PIP[@]}" install -c constraints.txt -e '.[test]'
+# The evaluation (harness/, benchmarks/) is not installed with the library: one line in a .pth
+# file puts this repository on the venv's sys.path, so `import harness` and `python -m benchmarks.X`
+# work from any folder, in scripts run as `python scripts/train.py` and in ranks started over ssh.
+site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$PWD" >"$site/hvd_gradpart-evaluation.pth"
 
 build=$("$VENV/bin/horovodrun" --check-build)
 for want in "TensorFlow" "MPI" "Gloo"; do

@@ -24,10 +24,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import horovod.tensorflow as hvd  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from hvd_gradpart import COMPRESSORS, get_compressor, training  # noqa: E402
-from hvd_gradpart.data import DATASETS, batches, load_dataset, shard  # noqa: E402
+from harness import training  # noqa: E402
+from harness.data import DATASETS, batches, load_dataset, shard  # noqa: E402
+from harness.models import MODELS, build_model  # noqa: E402
+from hvd_gradpart import COMPRESSORS, get_compressor  # noqa: E402
 from hvd_gradpart.metrics import resolve  # noqa: E402
-from hvd_gradpart.models import MODELS, build_model  # noqa: E402
 
 
 def rss_mb():

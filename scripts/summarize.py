@@ -5,7 +5,7 @@
 The first log is the reference (no compression): the targets are 95 % and 99 % of its final
 test accuracy. For every run the table gives the training seconds after the first step
 (evaluation excluded) and the steps at its first evaluation at or above each target
-(``hvd_gradpart/progress.py``), the first step (tracing and compiling) on its own, its final
+(``harness/progress.py``), the first step (tracing and compiling) on its own, its final
 accuracy, its compression ratio (the compressor's own byte accounting), the bytes that crossed
 rank 0's node link and, where train.py's ``--steps-jsonl`` log of every step lies beside the log
 (``NAME.steps.jsonl``), its slowest step against its median step (a clock to trust has none far
@@ -21,7 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from hvd_gradpart.progress import epoch_records, slowest_step, targets, time_to_accuracy  # noqa: E402
+from harness.progress import epoch_records, slowest_step, targets, time_to_accuracy  # noqa: E402
 
 
 def read(path):

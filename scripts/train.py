@@ -19,11 +19,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import horovod.tensorflow as hvd  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from hvd_gradpart import COMPRESSORS, get_compressor, training  # noqa: E402
-from hvd_gradpart.data import DATASETS, DataNotFoundError, batches, load_dataset, shard  # noqa: E402
+from harness import training  # noqa: E402
+from harness.data import DATASETS, DataNotFoundError, batches, load_dataset, shard  # noqa: E402
+from harness.models import MODELS, build_model  # noqa: E402
+from harness.progress import evaluation_points  # noqa: E402
+from hvd_gradpart import COMPRESSORS, get_compressor  # noqa: E402
 from hvd_gradpart.metrics import JsonlLogger, link_state, resolve, snapshot  # noqa: E402
-from hvd_gradpart.models import MODELS, build_model  # noqa: E402
-from hvd_gradpart.progress import evaluation_points  # noqa: E402
 from launch import child_env  # noqa: E402  (this folder is on the path of a script run from it)
 
 

@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -35,11 +36,12 @@ def dry_run(*args, python=None):
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
     """This package built as a wheel (offline, with the environment's setuptools), from a copy
-    so the build leaves nothing in the tree."""
+    so the build leaves nothing in the tree; the copy holds the evaluation's packages beside the
+    library, as the repository does."""
     out = tmp_path_factory.mktemp("wheel")
     source = out / "source"
-    shutil.copytree(ROOT / "hvd_gradpart", source / "hvd_gradpart",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("hvd_gradpart", "harness", "benchmarks"):
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "setup.py", source)
     subprocess.run([*PIP, "wheel", "--no-deps", "--no-index", "--no-build-isolation", "--quiet",
                     "-w", str(out), str(source)], check=True, timeout=120)
@@ -68,3 +70,9 @@ def test_gpu_tensorflow_environment_gets_no_second_tensorflow(wheel, tmp_path):
     python = fake_environment(tmp_path / "env", GPU_ENVIRONMENT)
     assert dry_run(str(wheel), python=python) == ["hvd-gradpart"]
 
+
+def test_wheel_holds_the_library_alone(wheel):
+    """The evaluation (harness/, benchmarks/) runs from the repository, never from a user's site-packages."""
+    with zipfile.ZipFile(wheel) as archive:
+        tops = {name.split("/", 1)[0] for name in archive.namelist()}
+    assert {top for top in tops if not top.endswith(".dist-info")} == {"hvd_gradpart"}

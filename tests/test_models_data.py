@@ -12,9 +12,9 @@ import tensorflow as tf  # noqa: E402
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
 
-from hvd_gradpart.data import (DATASETS, DataNotFoundError, batches, load_dataset,  # noqa: E402
-                               shard)
-from hvd_gradpart.models import MODELS, PixelTokens, build_model  # noqa: E402
+from harness.data import (DATASETS, DataNotFoundError, batches, load_dataset,  # noqa: E402
+                          shard)
+from harness.models import MODELS, PixelTokens, build_model  # noqa: E402
 
 SHAPES = {"mlp": [(28, 28, 1), (8, 8, 1)], "lenet5": [(28, 28, 1), (8, 8, 1)],
           "resnet20": [(32, 32, 3), (28, 28, 1)], "embedding": [(28, 28, 1), (8, 8, 1)],

@@ -1,7 +1,7 @@
 """Time to accuracy from hand-made evaluation records."""
 import pytest
 
-from hvd_gradpart.progress import Reached, epoch_records, evaluation_points, slowest_step, targets, time_to_accuracy
+from harness.progress import Reached, epoch_records, evaluation_points, slowest_step, targets, time_to_accuracy
 
 
 def record(step, train_s, acc, epoch, end=False):

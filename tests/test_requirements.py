@@ -72,12 +72,12 @@ def test_unreadable_version_is_a_clear_error():
 
 
 def test_installing_into_a_built_environment_adds_no_tensorflow_or_horovod(tmp_path):
-    """Issue 15: ``pip install`` of this package (with its ``data`` extra) into an environment
+    """Issue 15: ``pip install`` of this package (with its ``harness`` extra) into an environment
     that already holds TensorFlow and Horovod resolves to this package alone and declares
     neither; offline (``--no-index``), so every requirement must already be met."""
     report = tmp_path / "report.json"
     cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--no-build-isolation",
-           "--quiet", "--report", str(report), f"{ROOT}[data]"]
+           "--quiet", "--report", str(report), f"{ROOT}[harness]"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr[-3000:]}"
     install = json.loads(report.read_text())["install"]

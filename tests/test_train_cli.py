@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HOROVODRUN, launch_env
-from hvd_gradpart.progress import epoch_records, time_to_accuracy
+from harness.progress import epoch_records, time_to_accuracy
 
 TRAIN = Path(__file__).parents[1] / "scripts" / "train.py"
 

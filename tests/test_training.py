@@ -9,8 +9,8 @@ import tensorflow as tf  # noqa: E402
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
 
-from hvd_gradpart import training  # noqa: E402
-from hvd_gradpart.models import build_model  # noqa: E402
+from harness import training  # noqa: E402
+from harness.models import build_model  # noqa: E402
 
 
 def conv_bn_model():

@@ -19,7 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from common import assert_same_on_all_ranks, check, init, ok
-from hvd_gradpart import GradPartCompressor, data, metrics, models
+from harness import data, models
+from hvd_gradpart import GradPartCompressor, metrics
 
 RANK, SIZE = init()
 EPOCHS, BATCH, LR = 3, 32, 0.02

@@ -18,7 +18,8 @@ import tensorflow as tf
 
 import horovod.tensorflow.keras as hvd
 from common import assert_same_on_all_ranks, check
-from hvd_gradpart import data, get_compressor, metrics, summary
+from harness import data
+from hvd_gradpart import get_compressor, metrics, summary
 
 OPTIMIZERS = {"adam": tf.keras.optimizers.Adam, "rmsprop": tf.keras.optimizers.RMSprop,
               "adagrad": tf.keras.optimizers.Adagrad, "sgd": tf.keras.optimizers.SGD}

@@ -9,7 +9,8 @@ import numpy as np
 import tensorflow as tf
 
 from common import assert_same_on_all_ranks, check, gather_np, init, ok
-from hvd_gradpart import PowerSGDCompressor, summary, training
+from harness import training
+from hvd_gradpart import PowerSGDCompressor, summary
 
 RANK, SIZE = init()
 FAN_IN, OUT = 96, 40

@@ -24,7 +24,8 @@ def train(name, epochs, seed):
     import tensorflow as tf
 
     import horovod.tensorflow.keras as hvd
-    from hvd_gradpart import data, get_compressor, metrics, summary
+    from harness import data
+    from hvd_gradpart import get_compressor, metrics, summary
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)

@@ -19,7 +19,8 @@ import tensorflow as tf
 
 import horovod.tensorflow as hvd
 from common import assert_same_on_all_ranks, check
-from hvd_gradpart import data, get_compressor, metrics, summary
+from harness import data
+from hvd_gradpart import get_compressor, metrics, summary
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--compression", nargs="+", default=["none", "gradpart"])
