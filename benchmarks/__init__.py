@@ -2,7 +2,7 @@
 
 Run everything from the repository root: the shell drivers take the cluster up and down and
 launch the measurements, the Python entry points run with ``python -m benchmarks.<module>``,
-and every result lands under ``benchmarks/results/``.
+and every result lands under ``results/``.
 
 Drivers (edge cluster, root):
     ``suite.sh``: the whole suite, then the report (``make bench``; ``BENCH=full`` for all of it).

@@ -65,7 +65,7 @@ def main(argv=None):
     p.add_argument("--links", nargs="+", default=["100mbit", "20mbit"])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--methods", nargs="+", default=["none", "gradpart"])
-    p.add_argument("--out", default=str(tp.ROOT / "benchmarks" / "results" / "adam-fit" / "rows.jsonl"))
+    p.add_argument("--out", default=str(tp.ROOT / "results" / "adam-fit" / "rows.jsonl"))
     args = p.parse_args(argv)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Compress + decompress cost of every sparse method, as a multiple of one memory pass.
 
-    python -m benchmarks.cost --out benchmarks/results/cost.json
+    python -m benchmarks.cost --out results/cost.json
 
 The reference is one elementwise pass that reads the gradient and the residual and writes the
 residual (``residual.assign_add(grad)`` in a ``tf.function``), the least an error-feedback step
@@ -101,7 +101,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=int, nargs="+", default=[1 << 20, 1 << 22])
     p.add_argument("--calls", type=int, default=30)
-    p.add_argument("--out", default="benchmarks/results/cost.json")
+    p.add_argument("--out", default="results/cost.json")
     args = p.parse_args()
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)

@@ -2,7 +2,7 @@
 
     scripts/edge_cluster.sh up --nodes 3
     flock /tmp/hvd_gradpart_cluster.lock .venv/bin/python -m benchmarks.elastic \\
-        --seeds 0 1 2 --out benchmarks/results/elastic.json
+        --seeds 0 1 2 --out results/elastic.json
 
 One ``faulted`` run of ``scripts/elastic_loop.py`` per seed (3 ranks, ``--min-np 2``, host
 discovery that follows which nodes answer): edge-c's training process is killed mid-run; the

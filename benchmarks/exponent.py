@@ -1,7 +1,7 @@
 """The exponent g of progress per step ~ density**g, fitted on Top-k's frontier (the earlier link budget's constant).
 
-    python -m benchmarks.exponent benchmarks/results/simulate/frontier-mlp.jsonl \
-        benchmarks/results/simulate/frontier-lenet5.jsonl
+    python -m benchmarks.exponent results/simulate/frontier-mlp.jsonl \
+        results/simulate/frontier-lenet5.jsonl
 
 Reads ``benchmarks.simulate --out`` records. If progress per step grows like ``density ** g``,
 the steps a run needs to reach an accuracy fall like ``density ** -g``. Per file, share of no

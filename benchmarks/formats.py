@@ -1,6 +1,6 @@
 """Bytes on the wire per sent value, in the format the exchange picks, on real kernels' selections.
 
-    python -m benchmarks.formats --out benchmarks/results/formats.json
+    python -m benchmarks.formats --out results/formats.json
 
 One process, no Horovod launch. Each model trains with plain SGD on ``mnist5k`` batches for
 ``--steps`` steps; beside it, for every density, each kernel keeps an error-feedback residual as
@@ -87,7 +87,7 @@ def main():
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="benchmarks/results/formats.json")
+    p.add_argument("--out", default="results/formats.json")
     args = p.parse_args()
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)

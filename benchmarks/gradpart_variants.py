@@ -1,5 +1,5 @@
 """GradPart redesigns tried with ``benchmarks.simulate`` and not adopted (figures in
-``benchmarks/results/simulate/summary.md``); kept so those runs can be repeated:
+``results/simulate/summary.md``); kept so those runs can be repeated:
 
     python -m benchmarks.simulate lenet5 cond=benchmarks.gradpart_variants:Cond --seeds 0
 

@@ -1,7 +1,7 @@
 """The grouped exchange against Horovod's per-tensor path: collectives per step and step time.
 
     horovodrun -np 2 -H localhost:2 python -m benchmarks.grouped \
-        --models mlp lenet5 resnet20 --out benchmarks/results/grouped.jsonl
+        --models mlp lenet5 resnet20 --out results/grouped.jsonl
 
 For each model (batch 64 per rank of synthetic data shaped as MNIST, or as CIFAR-10 for the
 ResNets; one TF thread pair per rank) and each of GradPart, Top-k (1 %) and no compression
@@ -49,7 +49,7 @@ def parse_args():
                    help="add Top-k at each selection rule's density (see the module doc)")
     p.add_argument("--groups", type=int, nargs="+", default=[0, 1],
                    help="num_groups values to measure (0: per tensor)")
-    p.add_argument("--out", default="benchmarks/results/grouped.jsonl")
+    p.add_argument("--out", default="results/grouped.jsonl")
     return p.parse_args()
 
 

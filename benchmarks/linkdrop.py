@@ -11,7 +11,7 @@ and shapes it back before the next launch. Per run it reports the median step ti
 (the issue's "50 steps after the drop"), their ratio, the steps until a trailing ``WINDOW``-step
 median is back within ``RECOVERED`` times the time before, and, for a method that follows the link,
 the density it sent and its dense/sparse mode on each side. Results go to
-``benchmarks/results/linkdrop/<model>-<before>-<after>/``: every run's per-step records, its log,
+``results/linkdrop/<model>-<before>-<after>/``: every run's per-step records, its log,
 ``summary.json`` and ``summary.md``. Runs hold the cluster lock, as ``benchmarks.tta``'s do.
 """
 import argparse
@@ -25,7 +25,7 @@ from benchmarks import tta
 from benchmarks import tta_plan as tp
 from benchmarks.records import markdown
 
-RESULTS = tp.ROOT / "benchmarks" / "results" / "linkdrop"
+RESULTS = tp.ROOT / "results" / "linkdrop"
 WINDOW = 20      # steps in each median
 AFTER = 50       # where the "after" window is centred, in steps past the drop
 RECOVERED = 1.5  # a trailing median within this factor of the time before counts as recovered

@@ -1,7 +1,7 @@
 """Time to accuracy on a link, projected from simulated runs and the scaling model's step time.
 
     python -m benchmarks.projection FILE.jsonl [FILE.jsonl ...] [--rates 100mbit,20mbit]
-        [--targets 0.95,0.99] [--scaling benchmarks/results/scaling.json]
+        [--targets 0.95,0.99] [--scaling results/scaling.json]
 
 ``benchmarks.simulate`` gives, per run and seed, test accuracy every quarter epoch and the
 bytes sent in that quarter, but no link. Here each quarter's steps are given the step time
@@ -90,7 +90,7 @@ def main(argv=None):
     p.add_argument("files", nargs="+")
     p.add_argument("--rates", default="100mbit,20mbit")
     p.add_argument("--targets", default="0.95,0.99", help="shares of no compression's final accuracy")
-    p.add_argument("--scaling", default="benchmarks/results/scaling.json")
+    p.add_argument("--scaling", default="results/scaling.json")
     args = p.parse_args(argv)
     rates = args.rates.split(",")
     bad = [r for r in rates if scaling.rate_bytes(r) is None]

@@ -1,6 +1,6 @@
 """Tables, CSV/JSON summaries and plots from the benchmark result files; fills docs/results.md.
 
-    python -m benchmarks.report        # = --results benchmarks/results --docs docs/results.md README.md
+    python -m benchmarks.report        # = --results results --docs docs/results.md README.md
 
 Reads what exists of ``tta/`` (the time-to-accuracy matrix), ``throughput.jsonl``,
 ``convergence/``, ``ablation/``, ``gap/``, ``scaling.jsonl`` and ``linkprobe-<rate>.json`` under
@@ -55,7 +55,7 @@ def tta_section(results, cells):
             plots.time_to_accuracy({link: (tta_table.median_runs(cell), tta_table.median_targets(cell))
                                     for link, cell in links.items()}, results / "plots" / png,
                                    f"{model}: test accuracy by training seconds (median seed)")
-            parts += [f"![{model} time to accuracy](../benchmarks/results/plots/{png})", ""]
+            parts += [f"![{model} time to accuracy](../results/plots/{png})", ""]
     return "\n".join(parts)
 
 
@@ -66,7 +66,7 @@ def throughput_section(results, rows):
                  results / "throughput.csv")
     plots.throughput(rows, results / "plots" / "throughput.png",
                      "samples/s per method, compute-only bound dashed")
-    return table.table(rows) + "\n\n![throughput](../benchmarks/results/plots/throughput.png)"
+    return table.table(rows) + "\n\n![throughput](../results/plots/throughput.png)"
 
 
 def runs_section(results, kind, runs, reference):
@@ -86,16 +86,16 @@ def runs_section(results, kind, runs, reference):
         if kind == "convergence":
             plots.convergence(by_name, f"{stem}.png", f"{model}: test accuracy and loss, 2 ranks")
             plots.ratios(by_name, f"{stem}-ratio.png", f"{model}: compression ratio over training")
-            parts.append(f"![{model} convergence](../benchmarks/results/plots/{kind}-{model}.png)\n"
-                         f"![{model} ratio](../benchmarks/results/plots/{kind}-{model}-ratio.png)")
+            parts.append(f"![{model} convergence](../results/plots/{kind}-{model}.png)\n"
+                         f"![{model} ratio](../results/plots/{kind}-{model}-ratio.png)")
             tensors = results / kind / model / "gradpart.tensors.jsonl"
             if tensors.exists() and tensors.stat().st_size:
                 plots.density(br.read_jsonl(tensors), f"{stem}-density.png",
                               f"{model}: GradPart's density per layer")
-                parts.append(f"![{model} density](../benchmarks/results/plots/{kind}-{model}-density.png)")
+                parts.append(f"![{model} density](../results/plots/{kind}-{model}-density.png)")
         else:
             plots.ablation(rows, f"{stem}.png", f"{model}: GradPart with one stage switched off")
-            parts.append(f"![{model} ablation](../benchmarks/results/plots/{kind}-{model}.png)")
+            parts.append(f"![{model} ablation](../results/plots/{kind}-{model}.png)")
         parts.append("")
     br.write_csv(all_rows, results / f"{kind}.csv")
     return "\n".join(parts)
@@ -167,7 +167,7 @@ def scaling_section(results, rows, throughput_rows):
                  f"{even[lab] or '>4096'} ({lab})" for lab in SCALING_RATES)
              + "; at a given N, dense is faster above " + ", ".join(
                  f"{even_b[n]:.0f} Mbit/s (N = {n})" for n in SCALING_NODES) + ".",
-             "", "![scaling](../benchmarks/results/plots/scaling.png)"]
+             "", "![scaling](../results/plots/scaling.png)"]
     return "\n".join(lines)
 
 
@@ -218,7 +218,7 @@ def targets_section(results, rows, convergence, gaps):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--results", default=ROOT / "benchmarks" / "results", type=Path)
+    p.add_argument("--results", default=ROOT / "results", type=Path)
     p.add_argument("--docs", type=Path, nargs="*", default=[ROOT / "docs" / "results.md", ROOT / "README.md"],
                    help="Markdown files with generated blocks to fill (none: --docs alone)")
     args = p.parse_args(argv)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Measured scaling point: the same throughput benchmark on 2 and on 4 edge nodes, one cluster.
-#   bash benchmarks/scaling.sh      # writes benchmarks/results/scaling.jsonl
+#   bash benchmarks/scaling.sh      # writes results/scaling.jsonl
 # Environment: MODEL (mlp), RATE (100mbit), METHODS (none topk gradpart), STEPS (3), WINDOWS (3),
 # WARMUP (6).
 # Four ranks share this machine's cores, so the compute-only bound drops with the node count.
@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TF_CPP_MIN_LOG_LEVEL=2
 PY="$PWD/.venv/bin/python"
-OUT=${OUT:-benchmarks/results}
+OUT=${OUT:-results}
 RATE=${RATE:-100mbit}
 rows="$OUT/scaling.jsonl"
 mkdir -p "$OUT"

@@ -1,7 +1,7 @@
 """The first step, split: tracing, then the first call (graph set-up and XLA), then a step.
 
     python -m benchmarks.startup --models mlp lenet5 resnet20 mobilenetv2 \
-        --methods none powersgd gradpart --groups 1 0 --out benchmarks/results/startup.jsonl
+        --methods none powersgd gradpart --groups 1 0 --out results/startup.jsonl
 
 Each case (model, method, Horovod group count) is a fresh two-rank launch on this machine
 (``horovodrun -np 2 -H localhost:2``, one TF thread pair per rank), so no compile cache is
@@ -14,7 +14,7 @@ train.py reports as the first step. The traced graph is counted: its nodes (the 
 function it calls), its ``If``/``While`` ops and the functions XLA must compile. Rows go to
 ``--out`` (JSON lines) and a Markdown table beside it.
 
-    python -m benchmarks.startup --passes --out benchmarks/results/startup-passes.jsonl
+    python -m benchmarks.startup --passes --out results/startup-passes.jsonl
 
 times GradPart's one pass over a gradient (``SparseCompressor._sweep``) at sizes from 1 Ki to
 1 Mi elements, in one process and thread: XLA's compile (its first call less a call) and a call,
@@ -153,7 +153,7 @@ def main():
     p.add_argument("--methods", nargs="+", default=["none", "powersgd", "gradpart"])
     p.add_argument("--groups", type=int, nargs="+", default=[1, 0], help="Horovod group counts (0: per tensor)")
     p.add_argument("--steps", type=int, default=5, help="steps timed after the first")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "startup.jsonl"))
+    p.add_argument("--out", default=str(ROOT / "results" / "startup.jsonl"))
     p.add_argument("--passes", action="store_true", help="time the compiled pass against plain kernels")
     p.add_argument("--one", nargs=3, metavar=("MODEL", "METHOD", "GROUPS"), help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -20,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOCK=${CLUSTER_LOCK:-/tmp/hvd_gradpart_cluster.lock}
-OUT=benchmarks/results
+OUT=results
 METHODS=$(.venv/bin/python -c 'import hvd_gradpart as h; print(" ".join(sorted(h.COMPRESSORS)))')
 QUICK_METHODS="none variance topk gradpart"
 ABLATION=(no-fit=gradpart,fit=false no-partition=gradpart,partition=false

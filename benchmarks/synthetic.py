@@ -1,7 +1,7 @@
 """Horovod's synthetic benchmark on the edge cluster's shaped link, one launch per compression.
 
     python -m benchmarks.synthetic --rate 20mbit \
-        --out benchmarks/results/synthetic/mobilenetv2-20mbit.jsonl
+        --out results/synthetic/mobilenetv2-20mbit.jsonl
 
 Each compression (``--methods``: none, fp16, topk (1 %), powersgd, gradpart) is one launch of
 ``tests/parallel/synthetic_client.py`` (the shape of Horovod's TF2 synthetic benchmark: a
@@ -77,7 +77,7 @@ def main():
     p.add_argument("--iters", type=int, default=3, help="timed iterations")
     p.add_argument("--gloo", action="store_true", help="Gloo instead of MPI")
     p.add_argument("--append", action="store_true", help="add to --out's rows instead of starting it anew")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "synthetic" / "mobilenetv2-20mbit.jsonl"))
+    p.add_argument("--out", default=str(ROOT / "results" / "synthetic" / "mobilenetv2-20mbit.jsonl"))
     args = p.parse_args()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

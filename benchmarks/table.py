@@ -1,6 +1,6 @@
 """Markdown table of benchmarks.throughput rows: samples/s per method, model and link rate.
 
-    python -m benchmarks.table benchmarks/results/throughput.jsonl
+    python -m benchmarks.table results/throughput.jsonl
 """
 import json
 import sys

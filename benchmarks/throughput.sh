@@ -3,13 +3,13 @@
 #   bash benchmarks/throughput.sh       # quick: mlp and lenet5 at 100 and 20 Mbit/s
 #   MODELS="mlp lenet5 resnet20" RATES="1gbit 100mbit 20mbit" bash benchmarks/throughput.sh
 # NUM_GROUPS (default 1: every gradient of a step in one Horovod group; 0: per tensor).
-# APPEND=1 adds rows to benchmarks/results/throughput.jsonl instead of starting it afresh (one
+# APPEND=1 adds rows to results/throughput.jsonl instead of starting it afresh (one
 # call per rate, as make bench does, keeps each hold of the cluster short).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TF_CPP_MIN_LOG_LEVEL=2
 PY="$PWD/.venv/bin/python"
-OUT=${OUT:-benchmarks/results}
+OUT=${OUT:-results}
 MODELS=${MODELS:-"mlp lenet5"}
 RATES=${RATES:-"100mbit 20mbit"}
 METHODS=${METHODS:-$("$PY" -c 'import hvd_gradpart as h; print(" ".join(sorted(h.COMPRESSORS)))')}

@@ -33,7 +33,7 @@ from harness.progress import final_record, targets
 from hvd_gradpart import COMPRESSORS
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results" / "tta"
+RESULTS = ROOT / "results" / "tta"
 MODELS = ("mlp", "lenet5", "resnet20", "mobilenetv2")
 LINKS = ("10gbit", "100mbit", "20mbit", "10mbit")  # 10gbit: unshaped in practice
 SEEDS = (0, 1, 2)

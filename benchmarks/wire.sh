@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Horovod's own traffic on the link: one launch of benchmarks.wire per set of Horovod settings,
-# on the two-node edge cluster at RATE, rows in benchmarks/results/wire.jsonl.
+# on the two-node edge cluster at RATE, rows in results/wire.jsonl.
 #   flock /tmp/hvd_gradpart_cluster.lock bash benchmarks/wire.sh
 #   SETTINGS="default cycle=10ms:HOROVOD_CYCLE_TIME=10" bash benchmarks/wire.sh
 # A setting is LABEL or LABEL:VAR=VALUE[,VAR=VALUE...]; "default" sets nothing. launch.py's own
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TF_CPP_MIN_LOG_LEVEL=2
 export HVD_GRADPART_LAUNCH_DEFAULTS=0
 PY="$PWD/.venv/bin/python"
-OUT=$(realpath -m "${OUT:-benchmarks/results}")
+OUT=$(realpath -m "${OUT:-results}")
 RATE=${RATE:-100mbit}
 SETTINGS=${SETTINGS:-"default cycle=2ms:HOROVOD_CYCLE_TIME=2 cycle=5ms:HOROVOD_CYCLE_TIME=5
   cycle=10ms:HOROVOD_CYCLE_TIME=10 cycle=20ms:HOROVOD_CYCLE_TIME=20 no-cache:HOROVOD_CACHE_CAPACITY=0

@@ -1,6 +1,6 @@
 """Markdown table of benchmarks.wire rows: link bytes per step and per idle second per setting.
 
-    python -m benchmarks.wire_table benchmarks/results/wire.jsonl
+    python -m benchmarks.wire_table results/wire.jsonl
 
 The link ratio divides a model's dense (``none``) link bytes per step, measured once, by each
 row's; the compressor's ratio beside it divides the model's dense gradient bytes (4 per

@@ -1,7 +1,7 @@
 """A long run that watches for leaks: resident memory, TF variables, traces.
 
     horovodrun -np 2 -H localhost:2 --gloo .venv/bin/python scripts/soak.py \
-        --steps 5000 --out benchmarks/results/soak.json
+        --steps 5000 --out results/soak.json
 
 Trains with the training loop of train.py (``training.make_step``, a
 compressor through ``DistributedGradientTape``) for ``--steps`` steps,
