@@ -34,5 +34,5 @@ for rate in $RATES; do
     grep 'samples/s' "$log"
   done
 done
-"$PY" -m benchmarks.table "$rows" > "$OUT/throughput.md"
+"$PY" -m benchmarks.report --table "$rows" > "$OUT/throughput.md"
 cat "$OUT/throughput.md"

@@ -9,7 +9,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
 from benchmarks import records as br  # noqa: E402
-from benchmarks import report, scaling, table, targets  # noqa: E402
+from benchmarks import scaling  # noqa: E402
+from benchmarks.report import build as report, table, targets  # noqa: E402
 
 
 def epoch(n, acc, sent, dense, link, compressor="gradpart", model="lenet5"):
@@ -195,7 +196,7 @@ def test_grouped_table_shows_each_group_count_against_compute_only():
 
 
 def test_the_budget_exponent_is_recovered_from_steps_that_fall_as_a_power_of_density():
-    from benchmarks import exponent
+    from benchmarks.studies import exponent
     records = [{"run": "none", "seed": 0, "compressor": "none", "options": {}, "step": 100, "test_acc": 0.9}]
     for density in (0.001, 0.003, 0.01, 0.03):
         reach = round(100 * density ** -0.2)  # progress per step ~ density**0.2

@@ -4,8 +4,9 @@ import math
 
 import pytest
 
-from benchmarks import report, tta, tta_table
+from benchmarks import tta
 from benchmarks import tta_plan as tp
+from benchmarks.report import build as report, tta_table
 from hvd_gradpart import COMPRESSORS
 
 

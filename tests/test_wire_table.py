@@ -1,10 +1,10 @@
-"""benchmarks.wire_table: link ratio against the dense row, compressor ratio against 4 bytes per parameter."""
+"""benchmarks.report.wire_table: link ratio against the dense row, compressor ratio against 4 bytes per parameter."""
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from benchmarks.wire_table import table  # noqa: E402
+from benchmarks.report.wire_table import table  # noqa: E402
 
 
 def row(method, link, counted, groups=0):

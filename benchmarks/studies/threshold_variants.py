@@ -1,6 +1,6 @@
 """Short-run accuracy of GradPart's threshold variants (the table in docs/algorithm.md).
 
-    python -m benchmarks.threshold_variants MODEL VARIANT [VALUE]
+    python -m benchmarks.studies.threshold_variants MODEL VARIANT [VALUE]
 
 VARIANT: ``dense`` (no compression), ``default``, ``cap`` (position cost capped at
 ``steps + 1`` nats), ``ramp`` (thresholds ramped up linearly over VALUE steps) or ``scale``

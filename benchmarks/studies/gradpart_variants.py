@@ -1,7 +1,7 @@
 """GradPart redesigns tried with ``benchmarks.simulate`` and not adopted (figures in
 ``results/simulate/summary.md``); kept so those runs can be repeated:
 
-    python -m benchmarks.simulate lenet5 cond=benchmarks.gradpart_variants:Cond --seeds 0
+    python -m benchmarks.simulate lenet5 cond=benchmarks.studies.gradpart_variants:Cond --seeds 0
 
 ``Cond``: each area's threshold from the fitted GG conditioned on that area, ``exp(h_A) log n_A``.
 ``Follow``: the prediction takes the fresh fit's scale whenever it is below the EMA's.

@@ -1,10 +1,7 @@
 """Markdown table of benchmarks.throughput rows: samples/s per method, model and link rate.
 
-    python -m benchmarks.table results/throughput.jsonl
+    python -m benchmarks.report --table results/throughput.jsonl
 """
-import json
-import sys
-
 from benchmarks.records import group_throughput
 
 NOTE = ("samples/s over all ranks, median of timing windows after warm-up, all methods in one launch; "
@@ -38,12 +35,3 @@ def table(rows):
             cells.append(f"{sps:.0f} ({sps / bound:.2f} of bound{vs_none})")
         lines.append(f"| {model} | {label} | {ranks} | {grouping(by)} | {bound:.0f} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n" + NOTE
-
-
-def main(path):
-    with open(path) as f:
-        print(table([json.loads(line) for line in f if line.strip()]))
-
-
-if __name__ == "__main__":
-    main(sys.argv[1])

@@ -1,6 +1,6 @@
 """Single-process calibration run: a compressor's density, ratio and accuracy per epoch.
 
-    python -m benchmarks.calibrate lenet5 gradpart '{"margin": 0}'
+    python -m benchmarks.studies.calibrate lenet5 gradpart '{"margin": 0}'
 
 mnist5k, batch 32, SGD 0.02 (momentum 0.9, none for dgc), 4 epochs; compress and decompress are
 applied to every gradient as one rank would (hvd.init() in one process).

@@ -1,6 +1,9 @@
 """Tables, CSV/JSON summaries and plots from the benchmark result files; fills docs/results.md.
 
     python -m benchmarks.report        # = --results results --docs docs/results.md README.md
+    python -m benchmarks.report --table results/throughput.jsonl       # one table, printed
+    python -m benchmarks.report --wire-table results/wire.jsonl
+    python -m benchmarks.report --diagnose results/diagnose    # benchmarks.simulate --diagnose's tables
 
 Reads what exists of ``tta/`` (the time-to-accuracy matrix), ``throughput.jsonl``,
 ``convergence/``, ``ablation/``, ``gap/``, ``scaling.jsonl`` and ``linkprobe-<rate>.json`` under
@@ -13,10 +16,11 @@ import json
 import re
 from pathlib import Path
 
-from benchmarks import plots, scaling, table, targets, tta_table
 from benchmarks import records as br
+from benchmarks import scaling
+from benchmarks.report import diagnose, plots, table, targets, tta_table, wire_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 RUN_COLUMNS = [("run", "run", ""), ("epochs", "epochs", "d"), ("test acc", "test_acc", ".4f"),
                ("gap vs none (pp)", "gap_pp", "+.1f"), ("test loss", "test_loss", ".3f"),
@@ -221,7 +225,18 @@ def main(argv=None):
     p.add_argument("--results", default=ROOT / "results", type=Path)
     p.add_argument("--docs", type=Path, nargs="*", default=[ROOT / "docs" / "results.md", ROOT / "README.md"],
                    help="Markdown files with generated blocks to fill (none: --docs alone)")
+    p.add_argument("--table", type=Path, metavar="FILE", help="print the table of a benchmarks.throughput file, and stop")
+    p.add_argument("--wire-table", type=Path, metavar="FILE", help="print the table of a benchmarks.wire file, and stop")
+    p.add_argument("--diagnose", type=Path, metavar="DIR", help="print the tables of benchmarks.simulate "
+                   "--diagnose's records in DIR (and its --out records), and stop")
     args = p.parse_args(argv)
+    for path, render in ((args.table, table.table), (args.wire_table, wire_table.table)):
+        if path:
+            print(render(br.read_jsonl(path)))
+            return
+    if args.diagnose:
+        print(diagnose.tables(args.diagnose))
+        return
     results = args.results
     (results / "plots").mkdir(parents=True, exist_ok=True)
     blocks = {}
@@ -260,7 +275,3 @@ def main(argv=None):
         doc.write_text(text)
     for name in blocks:
         print(f"benchmarks.report: {name} done")
-
-
-if __name__ == "__main__":
-    main()

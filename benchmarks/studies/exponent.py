@@ -1,6 +1,6 @@
 """The exponent g of progress per step ~ density**g, fitted on Top-k's frontier (the earlier link budget's constant).
 
-    python -m benchmarks.exponent results/simulate/frontier-mlp.jsonl \
+    python -m benchmarks.studies.exponent results/simulate/frontier-mlp.jsonl \
         results/simulate/frontier-lenet5.jsonl
 
 Reads ``benchmarks.simulate --out`` records. If progress per step grows like ``density ** g``,

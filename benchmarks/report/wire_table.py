@@ -1,13 +1,11 @@
 """Markdown table of benchmarks.wire rows: link bytes per step and per idle second per setting.
 
-    python -m benchmarks.wire_table results/wire.jsonl
+    python -m benchmarks.report --wire-table results/wire.jsonl
 
 The link ratio divides a model's dense (``none``) link bytes per step, measured once, by each
 row's; the compressor's ratio beside it divides the model's dense gradient bytes (4 per
 parameter) by what the compressor counted as sent.
 """
-import json
-import sys
 
 NOTE = ("Link: tx + rx of rank 0's node (kernel counters), per training step, over the timed "
         "steps after warm-up; link ratio: the model's dense (none) link bytes per step over the "
@@ -33,12 +31,3 @@ def table(rows):
                      f"| {link / 1e3:.1f} | {ratio} | {counted / 1e3:.1f} | {own} | {per_value} "
                      f"| {r['idle_per_s'] / 1e3:.1f} | {r['step_s'] * 1e3:.1f} |")
     return "\n".join(lines) + "\n\n" + NOTE
-
-
-def main(path):
-    with open(path) as f:
-        print(table([json.loads(line) for line in f if line.strip()]))
-
-
-if __name__ == "__main__":
-    main(sys.argv[1])
