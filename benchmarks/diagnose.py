@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from hvd_gradpart.compressors.base import SparseCompressor
+from hvd_gradpart.compressors.base import BaseCompressor
 
 
 def _g4(x):
@@ -52,7 +52,7 @@ class Recorder:
 
     def __init__(self, path, model, compressors, meta, per_epoch, every=1):
         self.path, self.model, self.meta, self.per_epoch, self.every = path, model, meta, per_epoch, every
-        self.sparse = [c for c in compressors if isinstance(c, SparseCompressor)]
+        self.sparse = [c for c in compressors if isinstance(c, BaseCompressor)]
         self.worker0 = self.sparse[0] if self.sparse else None
         self.weights, self.residuals, self.ages = [], [], None
 

@@ -60,7 +60,7 @@ from harness import training  # noqa: E402
 from harness.data import batches, load_dataset, shard  # noqa: E402
 from harness.models import build_model  # noqa: E402
 from hvd_gradpart import entropy, get_compressor, snapshot, stats  # noqa: E402
-from hvd_gradpart.compressors.base import SparseCompressor  # noqa: E402
+from hvd_gradpart.compressors.base import BaseCompressor  # noqa: E402
 
 BATCH, LR, BN_BATCHES, EVALS_PER_EPOCH = 32, 0.01, 20, 4
 ADAM_LR = 1e-3
@@ -107,7 +107,7 @@ def make_optimizer(kind, compressors, workers):
 def make_step(model, optimizer, compressors, workers):
     """One compiled step of ``workers`` simulated ranks; returns (mean loss, worker 0's gradients,
     the global norm of the averaged gradient handed to the optimizer)."""
-    sparse = compressors and isinstance(compressors[0], SparseCompressor)
+    sparse = compressors and isinstance(compressors[0], BaseCompressor)
     weights = model.trainable_variables
 
     @tf.function
@@ -140,7 +140,7 @@ class Counter:
     """Elements and bytes every worker's compressor handled and sent, summed."""
 
     def __init__(self, compressors):
-        self.compressors = [c for c in compressors if isinstance(c, SparseCompressor)]
+        self.compressors = [c for c in compressors if isinstance(c, BaseCompressor)]
         self.elements = self.sent = 0.0
 
     def after_step(self):

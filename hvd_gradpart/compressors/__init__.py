@@ -1,11 +1,12 @@
 """Registry of compression methods, by name."""
 from horovod.tensorflow.compression import Compression
 
-from hvd_gradpart.compressors.base import SparseCompressor
+from hvd_gradpart.compressors.base import BaseCompressor
 from hvd_gradpart.compressors.dgc import DGCCompressor
 from hvd_gradpart.compressors.gradpart import GradPartCompressor
 from hvd_gradpart.compressors.powersgd import PowerSGDCompressor
 from hvd_gradpart.compressors.sidco import SIDCoCompressor
+from hvd_gradpart.compressors.sparse import SparseCompressor
 from hvd_gradpart.compressors.topk import TopKCompressor
 from hvd_gradpart.compressors.variance import VarianceCompressor
 
@@ -25,12 +26,12 @@ def get_compressor(name, **kwargs):
     """The compressor registered as ``name``, configured with ``kwargs``.
 
     Horovod's own ``none`` and ``fp16`` take no arguments and are returned as
-    classes; sparse methods return an instance.
+    classes; this package's methods return an instance.
     """
     if name not in COMPRESSORS:
         raise ValueError(f"unknown compressor {name!r}; choose from {sorted(COMPRESSORS)}")
     method = COMPRESSORS[name]
-    if not issubclass(method, SparseCompressor):
+    if not issubclass(method, BaseCompressor):
         if kwargs:
             raise ValueError(f"compressor {name!r} takes no options, got {sorted(kwargs)}")
         return method

@@ -1,23 +1,14 @@
-"""Base class of every sparse method: a selection rule on the shared exchange.
+"""The root of every compressor here: settings, residual memory, and what travels uncompressed.
 
-A subclass implements ``select`` (and, when it needs them, ``state_spec``,
-``transform``, ``accumulate``, ``prepare``, ``mask`` and ``after_send``); error
-feedback, the exchange, the marker and the accounting are done here, once, for
-all methods. A step first lets ``prepare`` derive what the rule needs from a
-sample (or a compiled reduction), then one compiled pass (``_sweep``) reads
-the residual and the gradient once and writes the accumulated values ``acc``
-(by default ``r + g``), the method's next state and a byte mask of the
-method's elementwise ``mask`` and of every non-finite element (``fused``).
-Once the finite test passes ``select`` picks; the residual then becomes
-``acc`` less what was sent, by a scatter of ``k`` values into that same
-buffer, which the residual variable takes over without a copy. No sparse
-update ever touches a variable (one would put it in TensorFlow's
-copy-on-read mode, in which every later read and update copies it).
-
-A gradient's whole sparse step (sweep, selection, encoding, error feedback, accounting) is one
-function that takes the gradient's variables as arguments (``SlotView``), traced once per size
-and dtype and called, not inlined, for every gradient of that size: the traced graph grows with
-the model's distinct sizes, not with its gradients.
+A compressor is a ``tf.Module`` behind Horovod's ``Compressor`` API. This layer holds what every
+method shares and nothing of how one compresses: its settings (checked on construction, hashed
+into payload headers by ``settings``), its residual memory
+(``hvd_gradpart.memory``: one slot per gradient), the class standing in for a default instance
+(``compression=TopKCompressor``), and the tensors a method leaves alone: below ``min_elements``,
+or not float, a tensor goes to Horovod's allreduce untouched, or, when its float dtype is not the
+marker's, whole through the exchange's allgather (a group takes one dtype). ``compress`` hands a
+tensor it compresses to the subclass's ``_compress``; ``decompress`` decodes what the exchange
+gathered, one function per dtype and encoding shared by every gradient.
 """
 import functools
 import logging
@@ -30,7 +21,7 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 from horovod.tensorflow.compression import Compressor
 
-from hvd_gradpart import branch, exchange, fused, metrics
+from hvd_gradpart import branch, exchange
 from hvd_gradpart.memory import Memory, SharedWhileTracing, creating_slot_variables, function_graph
 
 _LOG = logging.getLogger("hvd_gradpart")
@@ -49,25 +40,6 @@ class Context(NamedTuple):
     original: tf.Tensor      # the gradient as Horovod handed it (shape, dtype)
     mismatch: str            # the error when ranks disagree on it
     encoding: str            # how its values travel
-
-
-class SlotView(NamedTuple):
-    """A gradient's variables and figures, as the step shared by every gradient of its size takes them."""
-
-    residual: tf.Tensor    # its residual's value (a step returns the next one, which the caller stores)
-    state: dict            # name -> its per-method variable
-    inputs: dict           # name -> what ``accumulate`` gets (``SparseCompressor.inputs``)
-    metrics: dict          # name -> its metrics variable (``TensorMetrics.values``), every name declared
-    price: tf.Tensor       # float64: the link's price of a sent value, nats (0 when not priced)
-    what: tf.Tensor        # tf.string: the gradient, as errors name it
-
-
-class Described(NamedTuple):
-    """How a sparsified gradient is named in errors and payload headers."""
-
-    what: str      # the gradient, for errors
-    header: int    # the digest every rank's payload header carries
-    mismatch: str  # the error when ranks disagree on it
 
 
 class _OnDefaultInstance:
@@ -94,28 +66,23 @@ class _OnDefaultInstance:
         return self.fn.__get__(cls.instance() if obj is None else obj, cls)
 
 
-class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
-    """Error-feedback sparsification behind Horovod's ``Compressor`` API.
+class BaseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
+    """Settings, residual memory and uncompressed passage shared by every method.
 
     Args:
         min_elements: tensors with fewer elements are sent whole, untouched
-            (sparsifying them saves nothing): through Horovod's dense allreduce,
+            (compressing them saves nothing): through Horovod's dense allreduce,
             or, for float dtypes other than float32, in the exchange's allgather.
-        value_encoding: "native" sends values in the gradient's dtype,
-            "fp16" in float16 (the rounding error stays in the residual).
     """
 
-    DIAGNOSTICS = ()  # the names of ``select``'s diagnostics (declared before a shared step records them)
     _defaults = {}
     _TF_MODULE_IGNORED_PROPERTIES = tf.Module._TF_MODULE_IGNORED_PROPERTIES | {"_alone", "_unfolded"}
 
-    def __init__(self, min_elements=1024, value_encoding="native"):
+    def __init__(self, min_elements=1024):
         tf.Module.__init__(self, name=type(self).__name__)
         if not isinstance(min_elements, int) or min_elements < 0:
             raise ValueError(f"min_elements must be an int >= 0, got {min_elements!r}")
-        exchange.wire_dtype(tf.float32, value_encoding)
         self.min_elements = min_elements
-        self.value_encoding = value_encoding
         self.memory = Memory(type(self).__name__)
         self._alone = weakref.WeakKeyDictionary()
         self._unfolded = types.SimpleNamespace(variables={})  # untracked: no checkpoint holds them
@@ -124,100 +91,19 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
     @classmethod
     def instance(cls):
         """The default-configured instance used when the class itself is passed."""
-        if cls not in SparseCompressor._defaults:
-            SparseCompressor._defaults[cls] = cls()
-        return SparseCompressor._defaults[cls]
+        if cls not in BaseCompressor._defaults:
+            BaseCompressor._defaults[cls] = cls()
+        return BaseCompressor._defaults[cls]
 
-    # Hooks for subclasses -------------------------------------------------
+    def settings(self):
+        """The scalar settings every rank must share (hashed into each payload header)."""
+        return {k: v for k, v in sorted(vars(self).items())
+                if not k.startswith("_") and isinstance(v, (bool, int, float, str, tuple))}
 
-    def state_spec(self):
-        """Extra per-gradient variables: ``{name: init(n, dtype) -> tensor}``."""
-        return {}
-
-    def transform(self, grad):
-        """This step's flat gradient as the method sees it (default unchanged);
-        may look at the whole tensor (e.g. a norm), unlike ``accumulate``."""
-        return grad
-
-    def accumulate(self, residual, grad, state):
-        """What may be sent, and the next per-method state: elementwise, so
-        that it compiles into the step's one pass and applies to samples too
-        (``accumulated_at``).
-
-        Args:
-            residual: the residual's value.
-            grad: this step's fresh flat gradient (``transform``'s result).
-            state: ``{name: value}`` of the slot's per-method variables.
-
-        Returns:
-            ``(acc, next_state)``: by default error feedback ``r + g`` and no
-            state; ``next_state`` maps variable names to their next values.
-        """
-        return residual + grad, {}
-
-    def accumulated_at(self, residual, grad, state, pick):
-        """``accumulate``'s values at the elements ``pick`` takes from a flat
-        tensor (a strided slice, say): O(picked) work, nothing stored."""
-        n = residual.shape.num_elements()
-        at = lambda v: pick(v) if v.shape.rank == 1 and v.shape.num_elements() == n else v
-        return self.accumulate(pick(residual), pick(grad), {k: at(v) for k, v in state.items()})[0]
-
-    def prepare(self, residual, grad, state, slot):
-        """What ``mask`` needs besides the tensors, from O(sample) work (see
-        ``accumulated_at``) or a compiled reduction: a nest of tensors
-        (default none). Writes no variable.
-
-        Args:
-            residual: the residual's value.
-            grad: ``transform``'s gradient.
-            state: ``{name: value}`` of the slot's per-method variables.
-            slot: the gradient's ``SlotView``.
-        """
-        return ()
-
-    def mask(self, acc, grad, state, plan):
-        """The candidates, elementwise (compiled into one pass): a bool tensor, or None.
-
-        Args:
-            acc: ``accumulate``'s values.
-            grad: this step's fresh flat gradient.
-            state: ``accumulate``'s next state.
-            plan: ``prepare``'s result.
-        """
-        return None
-
-    def select(self, swept, grad, slot):
-        """Returns ``(ascending int32 indices, diagnostics dict)`` of the elements to send.
-
-        Args:
-            swept: the step's ``fused.Swept`` (``acc``, next state, candidates, plan).
-            grad: this step's fresh flat gradient.
-            slot: the gradient's ``SlotView`` (for per-method state).
-        """
-        raise NotImplementedError
-
-    def after_send(self, state, indices):
-        """The per-method state to store once ``indices`` were sent (default ``state``)."""
-        return state
-
-    def inputs(self, slot, grad):
-        """``{name: value}`` of the slot's per-method variables, as ``accumulate`` gets them
-        (``grad``: the flat gradient as handed, before ``transform``)."""
-        return {name: v.value() for name, v in slot.state.items()}
-
-    def price(self, slot):
-        """The link's price of a sent value for ``slot`` (nats, float64): none here."""
-        return tf.constant(0.0, tf.float64)
-
-    def slot_view(self, slot, grad, what="the gradient"):
-        """``SlotView`` of ``slot`` for a step on the flat ``grad``."""
-        slot.metrics.declare(metrics.COUNTERS + ("wire_format",) + self.DIAGNOSTICS)
-        return SlotView(slot.residual.value(), dict(slot.state), self.inputs(slot, grad), dict(slot.metrics.values),
-                        self.price(slot), self.unfolded(what))
-
-    def opens_group(self):
-        """Whether the payload queued next opens its graph's group, as a shared step takes it."""
-        return self.unfolded(exchange.queued() == 0)
+    def sparsifies(self, tensor):
+        """Whether ``tensor`` is compressed (float, of known size, at least ``min_elements``)."""
+        n = tensor.shape.num_elements()
+        return tensor.dtype in SPARSE_DTYPES and n is not None and n >= max(self.min_elements, 1)
 
     def unfolded(self, value):
         """``value`` (a string, bool or int) as a tensor read from a variable of its own (made once,
@@ -230,112 +116,19 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
                 made[key] = tf.Variable(value, trainable=False, name="unfolded")
         return made[key].read_value()
 
-    @tf.function(jit_compile=True)
-    def _sweep(self, residual, grad, state, plan):
-        """``accumulate`` and the mask bytes: one pass over the tensor, compiled from
-        ``fused.XLA_MIN_ELEMENTS`` up (``fused.by_size``)."""
-        acc, state = self.accumulate(residual, grad, state)
-        energy = tf.reduce_sum(tf.square(tf.cast(acc, tf.float32)))
-        return acc, state, fused.mask_bytes(acc, self.mask(acc, grad, state, plan)), energy
-
-    def run_sweep(self, view, grad):
-        """Accumulates, prepares and finds the candidates; the ``fused.Swept``
-        once the accumulated values are known finite (what ``compress`` hands
-        ``select``). Nothing is stored.
-
-        Args:
-            view: the gradient's ``SlotView``.
-            grad: its flat gradient.
-
-        Raises:
-            tf.errors.InvalidArgumentError: NaN or Inf, naming ``view.what``.
-        """
-        grad = self.transform(grad)
-        residual, state = view.residual, view.inputs
-        plan = self.prepare(residual, grad, state, view)
-        sweep = fused.by_size(self._sweep, grad.shape.num_elements())
-        acc, state, marked, energy = sweep(residual, grad, state, plan)
-        candidates = fused.compact(marked)
-        check = tf.debugging.Assert(fused.finite(acc, candidates), [tf.strings.join([
-            "hvd_gradpart: ", view.what, " holds NaN or Inf (or overflows when added to its residual); "
-            "its residual was left unchanged. Lower the learning rate or clip gradients"])])
-        with tf.control_dependencies([check]):
-            gate = lambda x: tf.nest.map_structure(tf.identity, x)
-            return fused.Swept(gate(acc), gate(state), gate(candidates), plan, energy)
-
-    def _store(self, view, swept, indices, sent):
-        """Error feedback: the next residual, ``acc`` less what was ``sent`` (in place: nothing
-        else reads ``acc`` by then); the state is stored."""
-        for name, value in self.after_send(swept.state, indices).items():
-            if name in view.state:
-                view.state[name].assign(value, read_value=False)
-        return fused.subtract_at(swept.acc, indices, sent)
-
     # Horovod's Compressor API ---------------------------------------------
-
-    def sparsifies(self, tensor):
-        """Whether ``tensor`` goes through the sparse exchange."""
-        n = tensor.shape.num_elements()
-        return tensor.dtype in SPARSE_DTYPES and n is not None and n >= max(self.min_elements, 1)
-
-    def settings(self):
-        """The scalar settings every rank must share (hashed into each payload header)."""
-        return {k: v for k, v in sorted(vars(self).items())
-                if not k.startswith("_") and isinstance(v, (bool, int, float, str, tuple))}
 
     @_OnDefaultInstance
     def compress(self, tensor):
-        """Selects, updates the residual, gathers; returns ``(marker, Context)``."""
-        if not self.sparsifies(tensor):
-            return self._whole(tensor) if _travels_whole(tensor) else (tensor, None)
-        slot = self.memory.slot(tensor, self.state_spec())
-        described = self.describe(tensor, slot)
-        grad = tf.reshape(tensor, [-1])
-        payload, _, residual = self._shared_sparse(self.slot_view(slot, grad, described.what), grad, described.header,
-                                                   self.opens_group())
-        slot.residual.assign(residual, read_value=False)
-        ticket = exchange.enqueue(payload, described.header, described.what)
-        return exchange.marker(), Context(ticket, tensor, described.mismatch, self.value_encoding)
+        """``(marker or tensor, ctx)``: ``_compress`` of a tensor this method compresses
+        (``sparsifies``); any other passes uncompressed (module doc)."""
+        if self.sparsifies(tensor):
+            return self._compress(tensor)
+        return self._whole(tensor) if _travels_whole(tensor) else (tensor, None)
 
-    def describe(self, tensor, slot):
-        """``Described`` of a sparsified gradient in ``slot``."""
-        what = f"gradient {slot.key} ({tensor.dtype.name}{tensor.shape})"
-        setting = f"{type(self).__name__}{self.settings()}"
-        header = exchange.digest(f"{tensor.shape.num_elements()}/{tensor.dtype.name}/{setting}")
-        return Described(what, header, f"hvd_gradpart: ranks disagree on {what} under {setting}: every rank "
-                                       "must build the same model and the same compressor settings")
-
-    def _sparse(self, view, grad, header, opens_group):
-        """Selects and records. Returns the payload to gather, float64 counts (bytes sent,
-        values sent, values the rule offered before its guards, the accumulated values'
-        energy, the sent values' energy and the least sent value squared) and the next residual.
-
-        Args:
-            view: the gradient's ``SlotView``.
-            grad: its flat gradient (its length may be known only as the graph runs).
-            header: the digest its payload's header carries (an int or int32 tensor).
-            opens_group: bool tensor, its payload opens the group (and carries the group's tag).
-        """
-        n = elements(grad)
-        swept = self.run_sweep(view, grad)
-        indices, diagnostics = self.select(swept, grad, view)
-        values = tf.gather(swept.acc, indices)
-        encoded = exchange.encode(values, indices, n, self.value_encoding, header, ascending=True)
-        residual = self._store(view, swept, indices, encoded.sent)
-        sent = exchange.sent_bytes(encoded.payload, opens_group)
-        metrics.record(view.metrics, elements=n, dense_bytes=n * grad.dtype.size, sent_elements=tf.size(indices),
-                       sent_bytes=sent, wire_format=encoded.format, **diagnostics)
-        squares = tf.square(tf.cast(values, tf.float64))
-        least = tf.reduce_min(squares)  # +inf when nothing was sent (then unused)
-        as64 = lambda x: tf.cast(x, tf.float64)
-        counts = tf.stack([as64(sent), as64(tf.size(indices)), as64(swept.candidates.count), as64(swept.energy),
-                           tf.reduce_sum(squares), least])
-        return encoded.payload, counts, residual
-
-    @tf.function(autograph=False, experimental_attributes={"_noinline": True})
-    def _shared_sparse(self, view, grad, header, opens_group):
-        """``_sparse`` as one function per size and dtype, shared by every gradient of them."""
-        return self._sparse(view, grad, header, opens_group)
+    def _compress(self, tensor):
+        """The method's ``(marker or tensor, ctx)`` of a tensor it compresses."""
+        raise NotImplementedError
 
     def _whole(self, tensor):
         """Queues every element of a small float tensor whose dtype is not the marker's."""
@@ -363,7 +156,7 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
 
     @_OnDefaultInstance
     def decompress(self, tensor, ctx):
-        """Decodes the gathered selections, scaled by the reduced marker; dense passes through."""
+        """Decodes the gathered payloads, scaled by the reduced marker; dense passes through."""
         if ctx is None:
             return tensor
         self._hint_if_per_tensor(tensor)
@@ -385,6 +178,14 @@ class SparseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
     def _finish(total, ctx):
         """The flat decoded sum in the gradient's shape."""
         return tf.reshape(total, ctx.original.shape)
+
+
+def assert_finite(ok, what):
+    """The op that fails, naming ``what`` (a string or string tensor), unless ``ok``: the
+    accumulated values are finite."""
+    return tf.debugging.Assert(ok, [tf.strings.join([
+        "hvd_gradpart: ", what, " holds NaN or Inf (or overflows when added to its residual); "
+        "its residual was left unchanged. Lower the learning rate or clip gradients"])])
 
 
 def elements(tensor):

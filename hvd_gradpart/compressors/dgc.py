@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from hvd_gradpart import exchange, fused
 from hvd_gradpart.compressors import topk
-from hvd_gradpart.compressors.base import SparseCompressor
+from hvd_gradpart.compressors.sparse import SparseCompressor
 
 WARMUP_DENSITIES = (0.25, 0.0625, 0.015625, 0.004)
 

@@ -14,7 +14,8 @@ import tensorflow as tf
 
 from hvd_gradpart import branch, exchange, metrics
 from hvd_gradpart.budget import FIGURES, Budget
-from hvd_gradpart.compressors.base import Context, SparseCompressor, _OnDefaultInstance, elements
+from hvd_gradpart.compressors.base import Context, _OnDefaultInstance, elements
+from hvd_gradpart.compressors.sparse import SparseCompressor
 from hvd_gradpart.memory import called_at_call_time, function_graph
 
 
@@ -64,12 +65,11 @@ class LinkAwareCompressor(SparseCompressor):
         budget = self.link_budget(slot)
         return budget.now()[1] if budget is not None else tf.constant(0.0, tf.float64)
 
-    @_OnDefaultInstance
-    def compress(self, tensor):
-        """As ``SparseCompressor.compress``, or the gradient itself on a dense step."""
+    def _compress(self, tensor):
+        """As ``SparseCompressor._compress``, or the gradient itself on a dense step."""
         graph = function_graph()
-        if not self.follows(graph) or not self.sparsifies(tensor) or tensor.dtype != exchange.MARKER_DTYPE:
-            return super().compress(tensor)
+        if not self.follows(graph) or tensor.dtype != exchange.MARKER_DTYPE:
+            return super()._compress(tensor)
         slot = self.memory.slot(tensor, self.state_spec())
         budget = self.link_budget(slot)
         now, first = budget.now(), budget.first(graph, slot.key)

@@ -29,7 +29,7 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from hvd_gradpart import exchange
-from hvd_gradpart.compressors.base import SparseCompressor, _OnDefaultInstance
+from hvd_gradpart.compressors.base import BaseCompressor, _OnDefaultInstance, assert_finite
 
 
 class Reduced(NamedTuple):
@@ -39,7 +39,7 @@ class Reduced(NamedTuple):
     original: tf.Tensor
 
 
-class PowerSGDCompressor(SparseCompressor):
+class PowerSGDCompressor(BaseCompressor):
     """Rank-``rank`` PowerSGD with error feedback and a warm-started ``Q``.
 
     Args:
@@ -49,7 +49,7 @@ class PowerSGDCompressor(SparseCompressor):
         min_compression_rate: a matrix is compressed only when ``P`` and ``Q``
             are more than this many times smaller than it; >= 1.
         seed: seed of the initial ``Q``, the same on every rank; int.
-        min_elements: tensors with fewer elements go dense (see ``SparseCompressor``).
+        min_elements: tensors with fewer elements go dense (see ``BaseCompressor``).
     """
 
     def __init__(self, rank=1, warmup_steps=0, min_compression_rate=2.0, seed=0, min_elements=1024):
@@ -72,15 +72,12 @@ class PowerSGDCompressor(SparseCompressor):
         r = min(self.rank, fan_in, out)
         return (fan_in, out, r) if (fan_in + out) * r * self.min_compression_rate < fan_in * out else None
 
-    @_OnDefaultInstance
-    def compress(self, tensor):
+    def _compress(self, tensor):
         """Sends a matrix as ``P`` and ``Q``, anything else dense; returns ``(marker or tensor, ctx)``."""
-        if not self.sparsifies(tensor):
-            return super().compress(tensor)
         view = self.view(tensor)
-        return self._dense(tensor) if view is None else self._low_rank(tensor, *view)
+        return self._allreduced(tensor) if view is None else self._low_rank(tensor, *view)
 
-    def _dense(self, tensor):
+    def _allreduced(self, tensor):
         """A tensor PowerSGD does not compress: through Horovod's allreduce, or,
         when its dtype is not the marker's (a group takes one dtype), its own."""
         n, alone = tensor.shape.num_elements(), tensor.dtype != exchange.MARKER_DTYPE
@@ -94,9 +91,7 @@ class PowerSGDCompressor(SparseCompressor):
         slot = self.memory.slot(tensor, {
             "q": lambda n, _: tf.random.stateless_normal([fan_in, r], start, dtype=dtype),
             "step": lambda n, _: tf.constant(0, tf.int64)})
-        grad = tf.reshape(tensor, [-1])
-        acc = self.run_sweep(self.slot_view(slot, grad, f"gradient {slot.key} ({tensor.dtype.name}{tensor.shape})"),
-                             grad).acc
+        acc = _accumulated(slot, tf.reshape(tensor, [-1]), f"gradient {slot.key} ({tensor.dtype.name}{tensor.shape})")
         m_t, q = tf.reshape(tf.cast(acc, dtype), [fan_in, out]), slot.state["q"].value()
         if self.warmup_steps:
             dense = slot.state["step"] < self.warmup_steps
@@ -138,6 +133,13 @@ def power_step(m_t, q):
     total = tf.matmul(q_sum, p, transpose_b=True)
     ranks = tf.cast(exchange.world_size(), total.dtype)
     return total, total / ranks, q_sum / ranks
+
+
+def _accumulated(slot, grad, what):
+    """Error feedback: ``grad`` plus ``slot``'s residual, once known finite (else an error naming ``what``)."""
+    acc = slot.residual.value() + grad
+    with tf.control_dependencies([assert_finite(tf.reduce_all(tf.math.is_finite(acc)), what)]):
+        return tf.identity(acc)
 
 
 def _record(slot, tensor, sent_elements, sent_bytes, **diagnostics):

@@ -37,7 +37,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from hvd_gradpart import fused
-from hvd_gradpart.compressors.base import SparseCompressor
+from hvd_gradpart.compressors.sparse import SparseCompressor
 
 FAMILIES = ("exponential", "gamma", "gpareto")
 _BISECTIONS = 80

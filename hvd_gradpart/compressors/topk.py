@@ -18,7 +18,7 @@ import math
 import tensorflow as tf
 
 from hvd_gradpart import fused, stats
-from hvd_gradpart.compressors.base import SparseCompressor
+from hvd_gradpart.compressors.sparse import SparseCompressor
 
 SAMPLE_SIZE = 4096
 

@@ -30,7 +30,7 @@ import math
 import tensorflow as tf
 
 from hvd_gradpart import fused
-from hvd_gradpart.compressors.base import SparseCompressor
+from hvd_gradpart.compressors.sparse import SparseCompressor
 
 SOURCES = ("steps", "microbatches")
 _SCALAR = lambda n, dtype: tf.constant(0.0, tf.float64)

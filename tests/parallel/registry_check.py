@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from common import assert_same_on_all_ranks, check, init, ok
-from hvd_gradpart.compressors import COMPRESSORS, SparseCompressor, VarianceCompressor
+from hvd_gradpart.compressors import COMPRESSORS, BaseCompressor, VarianceCompressor
 from hvd_gradpart.metrics import summary
 
 RANK, SIZE = init()
@@ -58,10 +58,10 @@ def train(compression, microbatches=0):
 
 
 def sparse_instance(method):
-    """The SparseCompressor that ``method`` runs on, or None for Horovod's own."""
-    if isinstance(method, type) and issubclass(method, SparseCompressor):
+    """The BaseCompressor that ``method`` runs on, or None for Horovod's own."""
+    if isinstance(method, type) and issubclass(method, BaseCompressor):
         return method.instance()
-    return method if isinstance(method, SparseCompressor) else None
+    return method if isinstance(method, BaseCompressor) else None
 
 
 cases = [(name, method, 0) for name, method in sorted(COMPRESSORS.items())]
