@@ -19,8 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks import tta
 from benchmarks import tta_plan as tp
+from benchmarks.cluster import HOSTS, Cluster
 
 CLIENT = tp.ROOT / "tests" / "parallel" / "keras_fit_client.py"
 
@@ -30,7 +30,7 @@ def launch(link, seed, methods, log):
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "TF_CPP_MIN_LOG_LEVEL": "2"}
     with tempfile.TemporaryDirectory() as work, open(log, "w") as out:
-        cmd = [sys.executable, str(tp.ROOT / "scripts" / "launch.py"), "-np", "2", *tta.HOSTS["edge"], "--gloo",
+        cmd = [sys.executable, str(tp.ROOT / "scripts" / "launch.py"), "-np", "2", *HOSTS["edge"], "--gloo",
                "--disable-cache", sys.executable, str(CLIENT), "--compression", *methods, "--seed", str(seed),
                "--workdir", work]
         code = subprocess.run(cmd, cwd=CLIENT.parent, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
@@ -71,7 +71,7 @@ def main(argv=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
     done = {(r["link"], r["seed"]) for r in rows}
-    cluster = tta.Cluster(local=False)
+    cluster = Cluster(local=False)
     try:
         for link in args.links:
             for seed in args.seeds:

@@ -28,10 +28,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import timeline  # noqa: E402
-from benchmarks.throughput import SELECTION_RULES, SHAPES, matched_topk, method_spec  # noqa: E402
-from harness import training  # noqa: E402
-from harness.models import MODELS, build_model  # noqa: E402
-from hvd_gradpart import get_compressor  # noqa: E402
+from benchmarks.matched import SELECTION_RULES, matched_topk  # noqa: E402
+from harness import methods, training  # noqa: E402
+from harness.models import MODELS, SHAPES, build_model  # noqa: E402
 from hvd_gradpart.metrics import resolve, summary  # noqa: E402
 
 METHODS = [("gradpart", "gradpart", {}), ("topk", "topk", {"ratio": 0.01}), ("none", "none", {})]
@@ -43,8 +42,8 @@ def parse_args():
     p.add_argument("--steps", type=int, default=20, help="steps per timing window")
     p.add_argument("--windows", type=int, default=5, help="timing windows per case")
     p.add_argument("--timeline-steps", type=int, default=5, help="steps recorded in the timeline")
-    p.add_argument("--methods", nargs="+", type=method_spec, default=METHODS,
-                   help="NAME or NAME=COMPRESSOR[,KEY=VALUE...] (default: gradpart, topk at 1 %%, none)")
+    p.add_argument("--methods", nargs="+", type=methods.registered, default=METHODS,
+                   help=f"NAME or {methods.GRAMMAR} (default: gradpart, topk at 1 %%, none)")
     p.add_argument("--matched-topk", action="store_true",
                    help="add Top-k at each selection rule's density (see the module doc)")
     p.add_argument("--groups", type=int, nargs="+", default=[0, 1],
@@ -54,9 +53,9 @@ def parse_args():
 
 
 def case(name, shape, spec, groups):
-    """``(step, compression)`` of one method (a ``method_spec``; None: compute-only) at one
+    """``(step, compression)`` of one method (``harness.methods``; None: compute-only) at one
     group count."""
-    compression = None if spec is None else get_compressor(spec[1], **spec[2])
+    compression = None if spec is None else methods.build(spec[1], spec[2])
     step = training.make_step(build_model(name, shape, 10), tf.keras.optimizers.SGD(0.01), compression,
                               communicate=compression is not None, num_groups=groups)
     return step, compression

@@ -21,9 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import tta
 from benchmarks import tta_plan as tp
+from benchmarks.cluster import HOSTS, Cluster, train_launch
 from benchmarks.records import markdown
+from harness import methods
 
 RESULTS = tp.ROOT / "results" / "linkdrop"
 WINDOW = 20      # steps in each median
@@ -36,15 +37,14 @@ def drop_run(method, args, folder, seed):
     steps are logged; returns the step at which the new rate took effect."""
     steps = folder / f"{method.name}-seed{seed}.steps.jsonl"
     steps.unlink(missing_ok=True)
-    options = [a for o in method.options for a in ("--compressor-option", o)]
-    train = ["--model", args.model, "--dataset", "mnist5k", "--compressor", method.compressor, *options,
+    train = ["--model", args.model, "--dataset", "mnist5k", *methods.train_args(method.compressor, method.options),
              "--seed", str(seed), "--epochs", "1000", "--eval-every", "1", "--max-steps", str(args.steps),
              "--steps-jsonl", str(steps), "--log-every-steps", "1"]
     dropped = None
-    with tta.train_launch(train, tta.HOSTS["edge"], steps.with_suffix("").with_suffix(".log")) as proc:
+    with train_launch(train, HOSTS["edge"], steps.with_suffix("").with_suffix(".log")) as proc:
         while proc.poll() is None:
             if dropped is None and count_lines(steps) >= args.drop_at:
-                tta.Cluster.script("rate", args.after)
+                Cluster.script("rate", args.after)
                 dropped = count_lines(steps) + 1  # the step in flight spans the change
             time.sleep(0.05)
     if proc.returncode != 0 or dropped is None:
@@ -119,7 +119,7 @@ def main(argv=None):
     args = parse_args(argv)
     folder = args.results / f"{args.model}-{args.before}-{args.after}"
     folder.mkdir(parents=True, exist_ok=True)
-    cluster, rows = tta.Cluster(local=False), []
+    cluster, rows = Cluster(local=False), []
     try:
         for seed in args.seeds:
             for method in args.methods:

@@ -19,16 +19,17 @@ import dataclasses
 import json
 import statistics
 
-from benchmarks import frontier, scaling
+from benchmarks import scaling
+from benchmarks.records import read_jsonl
 
 
 def constants(path, model):
     """The calibration of ``path`` (``scaling.json``) with the dense gradient bytes of
     ``model`` on mnist5k's 28x28 digits, as ``benchmarks.simulate`` trains it."""
-    from harness.models import build_model
+    from harness.models import DIGITS, build_model
     with open(path) as f:
         c = scaling.Constants(**json.load(f)["constants"])
-    params = build_model(model, (28, 28, 1), 10).count_params()
+    params = build_model(model, DIGITS, 10).count_params()
     return dataclasses.replace(c, model=model, dense_bytes=4.0 * params)
 
 
@@ -96,8 +97,8 @@ def main(argv=None):
     bad = [r for r in rates if scaling.rate_bytes(r) is None]
     if bad:
         p.error(f"--rates: {bad} are not tc rates such as 100mbit")
-    rows = projections(frontier.load(args.files), lambda m: constants(args.scaling, m), rates,
-                       [float(t) for t in args.targets.split(",")])
+    records = [r for path in args.files for r in read_jsonl(path)]
+    rows = projections(records, lambda m: constants(args.scaling, m), rates, [float(t) for t in args.targets.split(",")])
     print(table(rows))
 
 

@@ -22,8 +22,7 @@ import horovod.tensorflow as hvd  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from benchmarks.throughput import SHAPES  # noqa: E402
-from harness.models import MODELS, build_model  # noqa: E402
+from harness.models import MODELS, SHAPES, build_model  # noqa: E402
 from hvd_gradpart import get_compressor, metrics  # noqa: E402
 
 

@@ -6,9 +6,9 @@
     python -m benchmarks.simulate --summarize FILE.jsonl
     python -m benchmarks.simulate --summarize-trace TRACE.jsonl
 
-RUN is ``NAME=COMPRESSOR[,KEY=VALUE...]`` as in ``benchmarks/convergence.sh``
-(``gradpart=gradpart``, ``no-partition=gradpart,partition=false``); COMPRESSOR is a
-registry name or ``module:Class`` (a subclass under study). Every run trains on mnist5k
+RUN is a method, ``NAME=COMPRESSOR[,KEY=VALUE...]`` (``harness/methods.py``: ``gradpart``,
+``no-partition=gradpart,partition=false``); COMPRESSOR is a registry name or ``module:Class``
+(a subclass under study). Every run trains on mnist5k
 with what ``scripts/train.py`` uses: the dataset and model seeded by the seed, shard
 ``x[w::W]`` per worker, batch 32 per worker in the order ``data.batches`` gives, SGD with
 momentum 0.9 (0 for a compressor with its own, as dgc) at 0.01 x W (``--optimizer adam``:
@@ -42,7 +42,6 @@ averaged gradient and of the update the optimizer applied, the loss).
 """
 import argparse
 import collections
-import importlib
 import json
 import math
 import os
@@ -56,41 +55,15 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import diagnose  # noqa: E402
-from harness import training  # noqa: E402
+from harness import methods, training  # noqa: E402
 from harness.data import batches, load_dataset, shard  # noqa: E402
 from harness.models import build_model  # noqa: E402
-from hvd_gradpart import entropy, get_compressor, snapshot, stats  # noqa: E402
+from hvd_gradpart import entropy, snapshot, stats  # noqa: E402
 from hvd_gradpart.compressors.base import BaseCompressor  # noqa: E402
 
 BATCH, LR, BN_BATCHES, EVALS_PER_EPOCH = 32, 0.01, 20, 4
 ADAM_LR = 1e-3
 OPTIMIZERS = ("sgd", "adam")
-
-
-def parse_run(text):
-    """``NAME=COMPRESSOR[,KEY=VALUE...]`` -> ``(name, compressor, options)``."""
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected NAME=COMPRESSOR[,KEY=VALUE...], got {text!r}")
-    name, spec = text.split("=", 1)
-    compressor, *pairs = spec.split(",")
-    options = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise argparse.ArgumentTypeError(f"{name}: expected KEY=VALUE, got {pair!r}")
-        key, value = pair.split("=", 1)
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    return name, compressor, options
-
-
-def make_compressor(name, options):
-    """A registry compressor, or ``module:Class`` instantiated with ``options``."""
-    if ":" not in name:
-        return get_compressor(name, **options)
-    module, cls = name.split(":", 1)
-    return getattr(importlib.import_module(module), cls)(**options)
 
 
 def make_optimizer(kind, compressors, workers):
@@ -183,7 +156,7 @@ def run_one(model_name, name, compressor_name, options, seed, epochs, workers, o
     data = load_dataset("mnist5k", seed=seed)
     tf.keras.utils.set_random_seed(seed)
     model = build_model(model_name, data.x_train.shape[1:], data.num_classes, seed=seed)
-    compressors = [make_compressor(compressor_name, options) for _ in range(workers)]
+    compressors = [methods.build(compressor_name, options) for _ in range(workers)]
     kind, optimizer = optimizer, make_optimizer(optimizer, compressors, workers)
     step = make_step(model, optimizer, compressors, workers)
     counter = Counter(compressors)
@@ -277,7 +250,7 @@ def summarize_trace(path, steps=(1, 2, 5, 10, 15, 20, 25, 30, 40, 50)):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", nargs="?")
-    p.add_argument("runs", nargs="*", type=parse_run)
+    p.add_argument("runs", nargs="*", type=methods.parse, help=methods.GRAMMAR)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--seeds", default="0,1,2", help="comma-separated")
     p.add_argument("--workers", type=int, default=2)

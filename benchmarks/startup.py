@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHAPE = (28, 28, 1)
 BATCH = 32
 
 
@@ -51,17 +50,17 @@ def measure(model_name, method, groups, steps):
     import tensorflow as tf
 
     from harness import training
-    from harness.models import build_model
+    from harness.models import DIGITS, build_model
     from hvd_gradpart import get_compressor
 
     hvd.init()
     training.limit_threads(1)
     tf.keras.utils.set_random_seed(0)
-    model = build_model(model_name, SHAPE, 10)
+    model = build_model(model_name, DIGITS, 10)
     optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.9)
     step = training.make_step(model, optimizer, get_compressor(method), num_groups=groups)
     rng = np.random.default_rng(hvd.rank())
-    batch = (tf.constant(rng.random((BATCH, *SHAPE), dtype=np.float32)),
+    batch = (tf.constant(rng.random((BATCH, *DIGITS), dtype=np.float32)),
              tf.constant(rng.integers(0, 10, BATCH).astype(np.int32)))
     training.broadcast_initial_state(model, optimizer)
     hvd.allreduce(tf.zeros([1]), name="startup_barrier")

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.tta import Cluster
+from benchmarks.cluster import Cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENT = ROOT / "tests" / "parallel"

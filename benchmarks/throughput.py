@@ -8,7 +8,7 @@ repeated timing windows. The compute-only bound is the same step without any com
 ``--num-groups`` goes to ``DistributedGradientTape`` (default 1: every gradient of a step in one
 group, as ``scripts/train.py`` trains; 0: each gradient on its own).
 
-A method is a registered name or ``NAME=COMPRESSOR[,KEY=VALUE...]`` (e.g.
+A method is a registered name or ``NAME=COMPRESSOR[,KEY=VALUE...]`` (``harness/methods.py``, e.g.
 ``gradpart-fixed=gradpart,follow_link=false``). ``--matched-topk`` follows every sparse method
 with exact Top-k at the density that method sent in its last step (``topk@NAME``): the two
 selection rules' step times at the same density, side by side.
@@ -23,30 +23,10 @@ import horovod.tensorflow as hvd  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from benchmarks.simulate import parse_run  # noqa: E402
-from harness import training  # noqa: E402
-from harness.models import MODELS, build_model  # noqa: E402
-from hvd_gradpart import COMPRESSORS, BaseCompressor, get_compressor  # noqa: E402
-
-SHAPES = {"mlp": (28, 28, 1), "lenet5": (28, 28, 1), "resnet20": (32, 32, 3), "embedding": (28, 28, 1),
-          "resnet44": (32, 32, 3)}
-
-SELECTION_RULES = {name for name, c in COMPRESSORS.items() if issubclass(c, BaseCompressor) and name != "topk"}
-
-
-def method_spec(text):
-    """``(name, compressor, options)`` of a ``--methods`` entry (an argparse type)."""
-    name, compressor, options = parse_run(text) if "=" in text else (text, text, {})
-    if compressor not in COMPRESSORS:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: {compressor!r} is not registered ({', '.join(sorted(COMPRESSORS))})")
-    return name, compressor, options
-
-
-def matched_topk(method, density):
-    """The ``method_spec`` of exact Top-k at ``method``'s ``density``, rank 0's, so that every
-    rank builds the same compressor."""
-    return f"topk@{method}", "topk", {"ratio": hvd.broadcast_object(density, 0)}
+from benchmarks.matched import SELECTION_RULES, matched_topk  # noqa: E402
+from harness import methods, training  # noqa: E402
+from harness.models import MODELS, SHAPES, build_model  # noqa: E402
+from hvd_gradpart import COMPRESSORS  # noqa: E402
 
 
 def measure(model_name, spec, batch, args):
@@ -55,7 +35,7 @@ def measure(model_name, spec, batch, args):
     model = build_model(model_name, SHAPES[model_name], 10)
     optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.0 if name == "dgc" else 0.9)
     compute_only = method == "compute-only"
-    compression = None if compute_only else get_compressor(name, **options)
+    compression = None if compute_only else methods.build(name, options)
     step = training.make_step(model, optimizer, compression, communicate=not compute_only,
                               num_groups=args.num_groups)
     seconds, windows = training.time_steps(step, batch, args.steps, args.warmup, args.windows)
@@ -69,8 +49,8 @@ def measure(model_name, spec, batch, args):
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--model", choices=MODELS, default="mlp")
-    p.add_argument("--methods", nargs="+", type=method_spec, default=[(m, m, {}) for m in sorted(COMPRESSORS)],
-                   help="NAME or NAME=COMPRESSOR[,KEY=VALUE...]")
+    p.add_argument("--methods", nargs="+", type=methods.registered,
+                   default=[(m, m, {}) for m in sorted(COMPRESSORS)], help=f"NAME or {methods.GRAMMAR}")
     p.add_argument("--matched-topk", action="store_true",
                    help="after each sparse method, Top-k at the density it sent in its last step")
     p.add_argument("--batch-size", type=int, default=64)

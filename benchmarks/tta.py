@@ -17,90 +17,18 @@ on this machine, without cluster, lock or shaping, under the link label ``localh
 launch's output goes to a ``.log`` beside its records; the exit code is 1 when a launch failed.
 """
 import argparse
-import contextlib
 import datetime
-import fcntl
-import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from benchmarks import tta_plan as tp
-
-LOCK = os.environ.get("CLUSTER_LOCK", "/tmp/hvd_gradpart_cluster.lock")
-HOSTS = {"edge": ["-hostfile", str(tp.ROOT / "hostfiles" / "edge")], "local": ["-H", "localhost:2"]}
+from benchmarks.cluster import HOSTS, Cluster, train_launch
 
 
 def say(text):
     print(f"tta: {text}", flush=True)
-
-
-@contextlib.contextmanager
-def cluster_lock():
-    """Holds the cluster lock, saying so when another user has it first."""
-    with open(LOCK, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"waiting for the cluster lock {LOCK} ...")
-            fcntl.flock(f, fcntl.LOCK_EX)
-        yield
-
-
-class Cluster:
-    """The edge cluster, up at a run's rate while the run holds the lock; ``local``: none."""
-
-    def __init__(self, local):
-        self.local, self.built = local, False
-
-    @contextlib.contextmanager
-    def hold(self, link):
-        if self.local:
-            yield
-            return
-        with cluster_lock():
-            self.script("up", "--rate", link)
-            self.built = True
-            yield
-
-    def close(self):
-        """Takes the cluster down (under the lock) if this driver brought it up."""
-        if self.built:
-            with cluster_lock():
-                self.script("down")
-
-    @staticmethod
-    def script(*args):
-        done = subprocess.run(["bash", str(tp.ROOT / "scripts" / "edge_cluster.sh"), *args],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-            hint = " (--local runs on this machine instead)" if done.returncode == 3 else ""
-            sys.exit(f"tta: error: scripts/edge_cluster.sh {' '.join(args)} failed: {why}{hint}")
-
-
-@contextlib.contextmanager
-def train_launch(train_args, hosts, log):
-    """``scripts/train.py train_args`` on two ranks through ``scripts/launch.py --gloo``, its
-    output in ``log``; yields the running launch, which ends (its whole process group) if it
-    still runs when the block exits."""
-    cmd = [sys.executable, str(tp.ROOT / "scripts" / "launch.py"), "-np", "2", *hosts, "--gloo",
-           "--disable-cache", sys.executable, str(tp.ROOT / "scripts" / "train.py"), *train_args]
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
-    with open(log, "w") as out:
-        out.write(" ".join(cmd) + "\n")
-        out.flush()
-        proc = subprocess.Popen(cmd, cwd=tp.ROOT, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-        try:
-            yield proc
-        finally:
-            if proc.poll() is None:  # the driver is stopping: the launch ends with it
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait()
 
 
 def launch(run, stops, results, hosts):

@@ -22,6 +22,7 @@ Results: ``<results>/<model>/<link>/<method>-seed<S>.jsonl`` (train.py's records
 ``<results>/index.jsonl``, one line per finished launch, the last line of a run counting; a run
 is done when that line says ``done`` and its file exists.
 """
+import argparse
 import inspect
 import json
 import math
@@ -29,6 +30,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+from harness import methods
 from harness.progress import final_record, targets
 from hvd_gradpart import COMPRESSORS
 
@@ -106,14 +108,14 @@ def parse_method(spec):
         MatrixError: the name or compressor is not registered in ``hvd_gradpart.COMPRESSORS``.
     """
     if "=" in spec:
-        name, rest = spec.split("=", 1)
-        compressor, *options = rest.split(",")
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._%-]*", name):
-            raise MatrixError(f"method name {name!r}: use letters, digits and . _ % - only")
+        try:
+            name, compressor, kwargs = methods.parse(spec)
+        except argparse.ArgumentTypeError as e:
+            raise MatrixError(f"method {spec!r}: {e}") from None
         if compressor not in COMPRESSORS:
             raise MatrixError(f"method {spec!r}: compressor {compressor!r} is not registered in "
                               f"hvd_gradpart.COMPRESSORS ({', '.join(sorted(COMPRESSORS))})")
-        return Method(name, compressor, tuple(options))
+        return Method(name, compressor, methods.texts(kwargs))
     known = {m.name: m for m in default_methods()}
     if spec not in known:
         raise MatrixError(f"method {spec!r} is not registered in hvd_gradpart.COMPRESSORS "
@@ -183,7 +185,7 @@ def steps_path(results_file):
 
 def train_args(run, stops, jsonl, steps=None):
     """train.py's arguments for ``run``; ``steps``: a file for the time of every step."""
-    options = [a for o in run.method.options for a in ("--compressor-option", o)]
     every = ["--steps-jsonl", str(steps), "--log-every-steps", "1"] if steps else []
-    return ["--model", run.model, "--dataset", "mnist5k", "--compressor", run.method.compressor, *options,
+    return ["--model", run.model, "--dataset", "mnist5k",
+            *methods.train_args(run.method.compressor, run.method.options),
             "--seed", str(run.seed), "--eval-every", "0.25", *stops, "--jsonl", str(jsonl), *every]

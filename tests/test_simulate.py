@@ -1,24 +1,13 @@
-"""benchmarks/simulate.py: run specs, and that W simulated workers apply the average of their
+"""benchmarks/simulate.py: W simulated workers apply the average of their
 compressors' selections (the marker handed to ``decompress`` scales each by 1/W)."""
 import horovod.tensorflow as hvd
 import numpy as np
-import pytest
 import tensorflow as tf
 
 from benchmarks import simulate
 from hvd_gradpart import TopKCompressor
 
 hvd.init()
-
-
-def test_parse_run():
-    assert simulate.parse_run("fixed=gradpart,entropy=false,fixed_density=0.001") == (
-        "fixed", "gradpart", {"entropy": False, "fixed_density": 0.001})
-    assert simulate.parse_run("t=topk,value_encoding=fp16") == ("t", "topk", {"value_encoding": "fp16"})
-    with pytest.raises(Exception, match="NAME=COMPRESSOR"):
-        simulate.parse_run("gradpart")
-    with pytest.raises(Exception, match="KEY=VALUE"):
-        simulate.parse_run("g=gradpart,fit")
 
 
 def _one_step(compressors, workers=2):

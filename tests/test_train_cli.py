@@ -49,7 +49,7 @@ def test_evaluations_cosine_schedule_and_batchnorm_recalibration_in_one_process(
     (["--lr-schedule", "step"], "invalid choice: 'step'"),
     (["--model", "vgg"], "invalid choice: 'vgg'"),
     (["--compressor", "zip"], "invalid choice: 'zip'"),
-    (["--compressor-option", "ratio"], "expected key=value"),
+    (["--compressor-option", "ratio"], "expected KEY=VALUE"),
     (["--max-steps", "0"], "argument --max-steps: must be > 0"),
     (["--stop-at-acc", "1.5"], "argument --stop-at-acc: must be in (0, 1]"),
     (["--stop-at-acc", "0"], "argument --stop-at-acc: must be in (0, 1]"),
