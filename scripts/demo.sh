@@ -3,7 +3,8 @@
 # Top-k (1 %) and PowerSGD (the fastest peer of the time-to-accuracy matrix on this cell), on two
 # edge nodes joined by a 100 Mbit/s link (localhost when namespaces are not allowed); then the
 # adaptation leg: GradPart, Top-k and PowerSGD again while the link drops to DROP_RATE mid-run
-# (benchmarks/linkdrop.py; DROP_RATE= skips it). A run is NAME or NAME=COMPRESSOR[,KEY=VALUE...].
+# (benchmarks/linkdrop.py; DROP_RATE= skips it). A run is a method (harness/methods.py): NAME or
+# NAME=COMPRESSOR[,KEY=VALUE...].
 # Every launch's full output goes to a log under $OUT; the screen gets the demo's own lines,
 # the summary tables and, when a step fails, the tail of its log.
 #   MODEL=mlp EPOCHS=4 METHODS="none gradpart topk powersgd" RATE=100mbit \
@@ -57,24 +58,23 @@ if [ "$status" = 0 ]; then
     --out "$out/linkprobe.json" >"$OUT/linkprobe.log" 2>&1 \
     || say "the link probe failed (mpi4py over the cluster; see $OUT/linkprobe.log); going on without it"
 fi
+jsonls=()
 for run in $METHODS; do
-  name=${run%%=*}
-  IFS=, read -r -a spec <<<"${run#*=}"
-  options=()
-  for kv in "${spec[@]:1}"; do options+=(--compressor-option "$kv"); done
+  parsed=$("$PY" -m benchmarks.train_args "$run")  # the method's name, then train.py's arguments
+  mapfile -t method <<<"$parsed"
+  name=${method[0]}
   log="$OUT/$name.log"
-  say "training $MODEL on mnist5k, $EPOCHS epochs, --compressor ${spec[*]} (output: $log) ..."
+  say "training $MODEL on mnist5k, $EPOCHS epochs, ${method[*]:1} (output: $log) ..."
   started=$SECONDS
   "$PY" scripts/launch.py -np 2 "${hosts[@]}" --gloo --disable-cache \
-    "$PY" "$PWD/scripts/train.py" --model "$MODEL" --dataset mnist5k --compressor "${spec[0]}" "${options[@]}" \
+    "$PY" "$PWD/scripts/train.py" --model "$MODEL" --dataset mnist5k "${method[@]:1}" \
     --epochs "$EPOCHS" --eval-every 0.25 --jsonl "$out/$name.jsonl" \
     --steps-jsonl "$out/$name.steps.jsonl" --log-every-steps 1 >"$log" 2>&1 \
-    || failed "$log" "training $name (--compressor ${spec[*]})"
+    || failed "$log" "training $name (${method[*]:1})"
   say "  $name done in $((SECONDS - started)) s (launch, set-up and evaluations included)"
+  jsonls+=("$OUT/$name.jsonl")
 done
 echo
-jsonls=()
-for run in $METHODS; do jsonls+=("$OUT/${run%%=*}.jsonl"); done
 "$PY" scripts/summarize.py --title "Time to accuracy: $MODEL on mnist5k, $where" \
   --plot "$OUT/demo.png" --markdown "$OUT/demo.md" --probe "$OUT/linkprobe.json" "${jsonls[@]}" \
   2>"$OUT/summarize.log" || failed "$OUT/summarize.log" "the summary"
