@@ -1,4 +1,4 @@
-"""The evaluation of hvd_gradpart: the instruments behind the published figures, and their drivers.
+"""The evaluation: the instruments behind the published figures, and their drivers.
 
 Run everything from the repository root: the shell drivers take the cluster up and down and
 launch the measurements, the Python entry points run with ``python -m benchmarks.<module>``,

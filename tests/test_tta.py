@@ -217,3 +217,16 @@ def test_report_fills_the_tta_blocks_and_plots_each_model(tmp_path):
     assert "| mlp | 100mbit | 3 | 20.0 s |" in text
     assert (tmp_path / "plots" / "tta-mlp.png").stat().st_size > 10_000
     assert (tmp_path / "tta.csv").read_text().count("\n") == 1 + 5 * 3
+
+
+def test_picks_rank_methods_by_their_geometric_mean_over_the_fastest_of_each_model(tmp_path):
+    runs = cell()
+    write_cell(tmp_path, runs)
+    swapped = {**runs, "gradpart": runs["topk-3%"], "topk-3%": runs["gradpart"]}  # lenet5: gradpart first
+    for method, by_seed in swapped.items():
+        for seed, records in by_seed.items():
+            write(tmp_path, "lenet5", "100mbit", method, seed, records, "topk" if method == "topk-3%" else method)
+    lines = tta_table.picks(tta_table.load(tmp_path)).splitlines()
+    # 6 s against 10 s on each model, the other way round: both sqrt(10 / 6) = 1.29x; none 20 / 6 on both.
+    assert lines[2] == ("| 100mbit | mlp, lenet5 | gradpart 1.29x | topk-3% 1.29x, none 3.33x, topk n.r. | "
+                        "gradpart 1.29x, 1 of 5 |")

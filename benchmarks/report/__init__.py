@@ -1,1 +1,1 @@
-"""Renderers: the tables, plots and docs' generated blocks made from results/ (``python -m benchmarks.report``)."""
+"""The report: tables, plots and the docs' generated blocks, from results/."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from benchmarks import records as br
 from benchmarks import scaling
-from benchmarks.report import diagnose, plots, table, targets, tta_table, wire_table
+from benchmarks.report import diagnose, layout, plots, table, targets, tta_table, wire_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -249,6 +249,7 @@ def main(argv=None):
     if tta:
         blocks["tta"] = tta_section(results, tta)
         blocks["tta-headline"] = tta_table.headline(tta)
+        blocks["pick"] = tta_table.picks(tta)
     throughput_file = results / "throughput.jsonl"
     rows = br.read_jsonl(throughput_file) if throughput_file.exists() else []
     if rows:
@@ -267,6 +268,7 @@ def main(argv=None):
         blocks["scaling"] = scaling_section(results, br.read_jsonl(results / "scaling.jsonl"), rows)
     blocks["targets"] = targets_section(results, rows, convergence, gaps)
     blocks["headline"] = headline_section(rows, convergence, gaps)
+    blocks["layout"] = layout.tree(ROOT)
     for doc in args.docs:
         text = doc.read_text()
         for name, content in blocks.items():

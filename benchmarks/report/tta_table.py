@@ -192,3 +192,31 @@ def against(row, none, named=True):
         return "–"
     label = row["method"].removeprefix("best Top-k: ") + " " if named else ""
     return f"{label}{seconds(row)} ({speedup(row, none)})"
+
+
+def picks(cells):
+    """Which method to pick on which link: per link, every method's time to 99 % over the fastest
+    method's of each model, as a geometric mean over the link's models (not reached: never)."""
+    by_link = {}
+    for (model, link), cell in cells.items():
+        table = [r for r in rows(cell) if not r.get("best")]
+        if table:
+            by_link.setdefault(link, {})[model] = {r["method"]: r["s99"][0] for r in table}
+    lines = ["| link | models | first | then | gradpart |", "|---|---|---|---|---|"]
+    for link, models in by_link.items():
+        shared = set.intersection(*(set(times) for times in models.values()))
+        fastest = {model: min(t for t in times.values()) for model, times in models.items()}
+        score = {m: _geomean([models[model][m] / fastest[model] for model in models]) for m in shared}
+        ranked = sorted(score, key=lambda m: (score[m], m))
+        text = lambda m: f"{m} {fmt(score[m], '.2f', 'x')}"
+        place = ranked.index("gradpart") + 1 if "gradpart" in score else None
+        mine = f"{text('gradpart')}, {place} of {len(ranked)}" if place else "–"
+        lines.append(f"| {link} | {', '.join(models)} | {text(ranked[0])} | "
+                     f"{', '.join(text(m) for m in ranked[1:4])} | {mine} |")
+    return "\n".join(lines + ["", "Each method's median time to 99 % over the fastest method's on the same "
+                               "model and link, as a geometric mean over the link's models (1.00x: first on every "
+                               "model); methods run on every model of the link only; n.r.: not reached."])
+
+
+def _geomean(values):
+    return math.inf if math.inf in values else math.exp(statistics.fmean(math.log(v) for v in values))

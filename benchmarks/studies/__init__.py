@@ -1,1 +1,1 @@
-"""One-off method studies: scripts behind research notes, on which no published table or suite stage depends."""
+"""One-off studies behind the research notes; no published table depends on them."""
