@@ -4,12 +4,13 @@ from hvd_gradpart import requirements
 requirements.check()
 
 from hvd_gradpart.compressors import (COMPRESSORS, BaseCompressor, DGCCompressor, GradPartCompressor,  # noqa: E402
-                                      PowerSGDCompressor, SIDCoCompressor, SparseCompressor,
+                                      GradPartResearch, PowerSGDCompressor, SIDCoCompressor, SparseCompressor,
                                       TopKCompressor, VarianceCompressor, get_compressor)
 from hvd_gradpart.metrics import MetricsCallback, snapshot, summary  # noqa: E402
 from hvd_gradpart.requirements import UntestedVersionWarning  # noqa: E402
 
-__all__ = ["COMPRESSORS", "BaseCompressor", "DGCCompressor", "GradPartCompressor", "PowerSGDCompressor",
-           "SIDCoCompressor", "SparseCompressor", "TopKCompressor", "VarianceCompressor", "get_compressor",
+__all__ = ["COMPRESSORS", "BaseCompressor", "DGCCompressor", "GradPartCompressor", "GradPartResearch",
+           "PowerSGDCompressor", "SIDCoCompressor", "SparseCompressor", "TopKCompressor", "VarianceCompressor",
+           "get_compressor",
            "MetricsCallback", "snapshot", "summary", "UntestedVersionWarning"]
 __version__ = "0.1.0"

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from hvd_gradpart import COMPRESSORS, GradPartCompressor, TopKCompressor
+from hvd_gradpart import COMPRESSORS, GradPartCompressor, GradPartResearch, TopKCompressor
 
 hvd.init()
 SPARSE = [c for c in COMPRESSORS.values() if hasattr(c, "instance")]
@@ -40,8 +40,9 @@ def test_all_zero_gradient_sends_nothing_harmful():
 @pytest.mark.parametrize("make", [lambda: TopKCompressor(ratio=0), lambda: TopKCompressor(ratio=1.5),
                                   lambda: TopKCompressor(min_elements=-1),
                                   lambda: TopKCompressor(value_encoding="int4"),
-                                  lambda: GradPartCompressor(prediction_decay=1.0),
-                                  lambda: GradPartCompressor(density_floor=0.5, density_ceiling=0.1)])
+                                  lambda: GradPartResearch(prediction_decay=1.0),
+                                  lambda: GradPartCompressor(density_ceiling=0.1,
+                                                             research=GradPartResearch(density_floor=0.5))])
 def test_invalid_hyperparameters_name_the_argument(make):
     with pytest.raises(ValueError, match="ratio|min_elements|value_encoding|prediction_decay|density"):
         make()

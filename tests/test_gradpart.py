@@ -4,6 +4,8 @@ accounting. Horovod runs at size 1 (its allgather works there), so
 ``compress`` is called directly; where only the selection matters,
 ``select`` gets the sweep of a slot from ``compressor.memory.slot`` whose
 residual makes the accumulated value the one under test."""
+import dataclasses
+import inspect
 import math
 
 import horovod.tensorflow as hvd
@@ -12,7 +14,7 @@ import pytest
 import tensorflow as tf
 from scipy.special import erfc, gammaincc, gammainccinv, gammaln
 
-from hvd_gradpart import GradPartCompressor, entropy, formats, partition, stats
+from hvd_gradpart import GradPartCompressor, GradPartResearch, entropy, formats, get_compressor, partition, stats
 
 hvd.init()
 
@@ -21,6 +23,11 @@ N_FIT = 4096
 # Every guard and shortcut off: the selection is the documented rule alone,
 # fitted on the whole tensor (sample_size >= n means stride 1).
 EXACT = dict(min_elements=0, density_floor=0.0, density_ceiling=1.0, predict=False, sample_size=4096)
+
+
+def gradpart(**options):
+    """A GradPartCompressor from flat options, research fields among them, as the registry builds it."""
+    return get_compressor("gradpart", **options)
 
 
 def make_fit(mu, alpha, beta, family=stats.GENERALIZED):
@@ -297,7 +304,7 @@ G2 = np.array([7, -4, 5, -4, 11, 1, 1, 11, 3, 3, -9, -1, -7, -4, -3, 5,
 
 
 def test_exact_selection_on_a_hand_made_gradient():
-    comp = GradPartCompressor(value_encoding="native", **EXACT)
+    comp = gradpart(value_encoding="native", **EXACT)
     residual = np.zeros_like(G1)
     # Step 1: heavy tailed (GG fit); the two outliers at 5 and 17 go, the one at 60 stays.
     # Step 2: Gaussian fit; 20 goes only because its fresh gradient puts it in the key area
@@ -323,7 +330,7 @@ def test_exact_selection_on_a_hand_made_gradient():
 
 def test_zeros_are_left_out_of_the_fit():
     padded = np.concatenate([G1, np.zeros(448, np.float32)])  # 448 more exact zeros
-    _, diagnostics = select(GradPartCompressor(**EXACT), padded)
+    _, diagnostics = select(gradpart(**EXACT), padded)
     np.testing.assert_allclose([diagnostics["mu"], diagnostics["alpha"], diagnostics["beta"]],
                                reference_fit(G1)[:3], rtol=1e-9)
 
@@ -333,7 +340,7 @@ def test_zeros_are_left_out_of_the_fit():
 def test_scaling_the_gradient_scales_thresholds_and_keeps_the_selection(c, predict):
     # Native values: fp16's finite range (65504) would clip the 1e3-scaled spikes and leave the
     # excess in the residual, which is a property of the wire, not of the rule.
-    make = lambda: GradPartCompressor(predict=predict, value_encoding="native")
+    make = lambda: gradpart(predict=predict, value_encoding="native")
     plain, scaled = make(), make()
     counts = []
     for seed in (10, 11, 12):
@@ -373,7 +380,7 @@ def test_a_consistent_gradient_is_sent_once_its_mass_crosses_the_threshold():
     # A fresh zero-mean Laplace gradient has nothing beyond tau (about 53 alpha at this size),
     # so the unguarded rule waits; the same gradient repeated accumulates linearly.
     grad = laplace(20000, 40)
-    comp = GradPartCompressor(density_floor=0.0, density_ceiling=1.0, predict=False)
+    comp = gradpart(density_floor=0.0, density_ceiling=1.0, predict=False)
     counts = [np.count_nonzero(compress(comp, grad)) for _ in range(8)]
     m = only_slot(comp).metrics.read()
     assert counts[0] == 0 and sum(counts) > 0
@@ -398,7 +405,7 @@ def test_a_constant_gradient_hits_the_default_ceiling():
 
 def test_a_huge_floor_sends_exactly_ceil_floor_n_largest():
     n, grad = 5001, laplace(5001, 41)
-    chosen, _ = select(GradPartCompressor(density_floor=0.3, density_ceiling=1.0), grad)
+    chosen, _ = select(gradpart(density_floor=0.3, density_ceiling=1.0), grad)
     assert chosen.size == math.ceil(0.3 * n)
     np.testing.assert_array_equal(chosen, top_magnitudes(grad, chosen.size))
 
@@ -406,27 +413,27 @@ def test_a_huge_floor_sends_exactly_ceil_floor_n_largest():
 def test_a_tiny_ceiling_sends_exactly_floor_ceiling_n_largest():
     n, grad = 5001, laplace(5001, 42)
     acc = 100 * grad  # a large accumulated residual: far more than 5 cross the thresholds
-    chosen, _ = select(GradPartCompressor(density_floor=0.0, density_ceiling=1e-3), acc, grad)
+    chosen, _ = select(gradpart(density_floor=0.0, density_ceiling=1e-3), acc, grad)
     assert chosen.size == math.floor(1e-3 * n) == 5
     np.testing.assert_array_equal(chosen, top_magnitudes(acc, 5))
 
 
 def test_a_huge_margin_falls_back_to_the_default_floor():
     n, grad = 12345, laplace(12345, 43)
-    chosen, _ = select(GradPartCompressor(margin=1e6), grad)
+    chosen, _ = select(gradpart(margin=1e6), grad)
     assert chosen.size == math.ceil(1e-4 * n) == 2
     np.testing.assert_array_equal(chosen, top_magnitudes(grad, 2))
 
 
 def test_the_warmup_floor_falls_log_linearly_from_the_ceiling_to_the_floor():
-    comp = GradPartCompressor(density_floor=1e-4, density_ceiling=1e-2, warmup_steps=100)
+    comp = gradpart(density_floor=1e-4, density_ceiling=1e-2, warmup_steps=100)
     floors = [float(comp.floor(tf.constant(s, F64))) for s in (0.0, 50.0, 100.0, 1000.0)]
     np.testing.assert_allclose(floors, [1e-2, 1e-3, 1e-4, 1e-4], rtol=1e-12)
 
 
 def test_warmup_sends_the_decaying_floor_then_the_steady_one():
     n, grad = 12345, laplace(12345, 44)
-    comp = GradPartCompressor(margin=1e6, density_ceiling=0.01, warmup_steps=2)
+    comp = gradpart(margin=1e6, density_ceiling=0.01, warmup_steps=2)
     sizes = []
     for _ in range(3):  # steps 0, 1, 2 of a huge margin: the guard's floor alone decides
         chosen, _ = select(comp, grad)
@@ -442,14 +449,14 @@ def test_warmup_sends_the_decaying_floor_then_the_steady_one():
 def test_fit_false_fixes_the_gaussian_family():
     grad = laplace(20000, 50)
     _, fitted = select(GradPartCompressor(), grad)
-    _, fixed = select(GradPartCompressor(fit=False), grad)
+    _, fixed = select(gradpart(fit=False), grad)
     assert fitted["family"] == stats.LAPLACE
     assert fixed["family"] == stats.GAUSSIAN and fixed["beta"] == 2.0
 
 
 def test_partition_false_uses_one_area_for_the_whole_tensor():
     n, grad = 20000, laplace(20000, 51)
-    chosen, d = select(GradPartCompressor(partition=False, density_floor=0.0, density_ceiling=1.0), grad)
+    chosen, d = select(gradpart(partition=False, density_floor=0.0, density_ceiling=1.0), grad)
     assert d["key_size"] == 0 and d["tau_key"] == d["tau_sparse"]
     fit = make_fit(d["mu"], d["alpha"], d["beta"])
     one_area = entropy.power_threshold(fit, tf.constant(math.log(n), F64))
@@ -461,8 +468,8 @@ def test_partition_false_uses_one_area_for_the_whole_tensor():
 
 def test_entropy_false_sends_the_fixed_tail_fraction():
     n, density = 100_000, 1e-2
-    chosen, d = select(GradPartCompressor(entropy=False, fixed_density=density, density_floor=0.0,
-                                          density_ceiling=1.0), laplace(n, 52, scale=0.01))
+    chosen, d = select(gradpart(entropy=False, fixed_density=density, density_floor=0.0, density_ceiling=1.0),
+                       laplace(n, 52, scale=0.01))
     fit = make_fit(d["mu"], d["alpha"], d["beta"])
     tail = float(entropy.tail_threshold(fit, density))
     assert [d["tau_key"], d["tau_sparse"]] == pytest.approx([tail, tail], rel=1e-12)
@@ -475,7 +482,7 @@ def test_predict_false_uses_each_steps_own_fit():
     # The fit sees the strided sample: stride ceil(20000 / 4096) = 5.
     (mu1, a1, b1, _), (mu2, a2, b2, _) = [reference_fit(g[::5]) for g in (first, second)]
     for predict in (True, False):
-        comp = GradPartCompressor(predict=predict)
+        comp = gradpart(predict=predict)
         compress(comp, first)
         m = only_slot(comp).metrics.read()
         np.testing.assert_allclose([m["mu"], m["alpha"], m["beta"]], [mu1, a1, b1], rtol=1e-9)
@@ -506,7 +513,7 @@ def test_prediction_keeps_the_entropy_power_between_the_previous_and_the_current
     light = rng.laplace(0.0, 1 / math.sqrt(2), n).astype(np.float32)
     powers = {}
     for predict in (True, False):
-        comp = GradPartCompressor(predict=predict)
+        comp = gradpart(predict=predict)
         compress(comp, heavy)
         before = entropy_power(only_slot(comp).metrics.read())
         compress(comp, light)
@@ -550,13 +557,14 @@ INVALID = [("sample_size", 15), ("sample_size", 4096.0), ("sample_size", "4096")
            ("density_ceiling", 1.5), ("density_ceiling", 5e-5), ("density_ceiling", math.nan),
            ("warmup_steps", -1), ("warmup_steps", 2.5), ("warmup_steps", "10"),
            ("fixed_density", 0.0), ("fixed_density", 1.0), ("fixed_density", math.nan),
+           ("fit", 0), ("partition", "false"), ("entropy", None), ("predict", 1),
            ("value_encoding", "int8"), ("min_elements", -1), ("min_elements", 10.5)]
 
 
 @pytest.mark.parametrize("name, value", INVALID, ids=[f"{n}={v!r}" for n, v in INVALID])
 def test_invalid_hyperparameters_raise_value_error_naming_the_argument(name, value):
     with pytest.raises(ValueError, match=name):
-        GradPartCompressor(**{name: value})
+        gradpart(**{name: value})
 
 
 NON_NUMBERS = [("prediction_decay", "0.9"), ("margin", None), ("density_floor", "0"),
@@ -566,16 +574,59 @@ NON_NUMBERS = [("prediction_decay", "0.9"), ("margin", None), ("density_floor", 
 @pytest.mark.parametrize("name, value", NON_NUMBERS, ids=[f"{n}={v!r}" for n, v in NON_NUMBERS])
 def test_non_numeric_hyperparameters_raise_value_error_naming_the_argument(name, value):
     with pytest.raises(ValueError, match=name):
-        GradPartCompressor(**{name: value})
+        gradpart(**{name: value})
+
+
+def test_a_research_error_names_the_field_its_range_and_default():
+    with pytest.raises(ValueError, match=r"GradPartResearch: sample_size must be an int >= 16, got 15; "
+                                         r"leave it out for the tested default 4096"):
+        GradPartResearch(sample_size=15)
+    with pytest.raises(ValueError, match=r"density_ceiling must be in \[research.density_floor \(0.5\), 1\]"):
+        GradPartCompressor(density_ceiling=0.1, research=GradPartResearch(density_floor=0.5))
+    with pytest.raises(TypeError, match="research must be a GradPartResearch"):
+        GradPartCompressor(research={"fit": False})
+    with pytest.raises(TypeError, match="sample"):
+        gradpart(samples=4096)  # a misspelt option is not silently dropped
+
+
+def test_a_user_sees_five_arguments_each_documented():
+    parameters = inspect.signature(GradPartCompressor).parameters
+    assert list(parameters) == ["density_ceiling", "follow_link", "value_encoding", "min_elements", "research"]
+    for name in parameters:
+        assert f"        {name}: " in GradPartCompressor.__doc__, name
 
 
 def test_no_argument_needs_setting():
     comp = GradPartCompressor()
-    assert (comp.sample_size, comp.prediction_decay, comp.margin, comp.density_floor, comp.density_ceiling,
-            comp.fixed_density, comp.value_encoding, comp.min_elements) == (
-        4096, 0.9, 0.0, 1e-4, 0.02, 1e-3, "fp16", 1024)
-    assert comp.use_fit and comp.use_partition and comp.use_entropy
-    assert GradPartCompressor(predict=False).prediction_decay == 0.0
+    user = (comp.density_ceiling, comp.follow_link, comp.value_encoding, comp.min_elements)
+    assert user == (0.02, True, "fp16", 1024)
+    r = comp.research
+    assert r == GradPartResearch()
+    assert (r.sample_size, r.prediction_decay, r.margin, r.density_floor, r.warmup_steps, r.fixed_density) == (
+        4096, 0.9, 0.0, 1e-4, 0, 1e-3)
+    assert r.fit and r.partition and r.entropy and r.predict and r.decay == 0.9
+    assert GradPartResearch(predict=False).decay == 0.0
+
+
+def test_flat_research_options_and_a_research_config_build_the_same_compressor():
+    flat = gradpart(density_ceiling=0.05, sample_size=1024, fit=False, warmup_steps=0)
+    nested = GradPartCompressor(density_ceiling=0.05, research=GradPartResearch(sample_size=1024, fit=False))
+    assert flat.research == nested.research and flat.settings() == nested.settings()
+    merged = gradpart(research=GradPartResearch(margin=1.0), entropy=False)  # flat fields override the config's
+    assert merged.research == GradPartResearch(margin=1.0, entropy=False)
+
+
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(GradPartResearch)])
+def test_every_research_field_is_in_the_settings_ranks_must_share(field):
+    """A research field two ranks set apart changes the settings hashed into payload headers."""
+    default = GradPartResearch()
+    value = getattr(default, field)
+    changed = (not value) if isinstance(value, bool) else value + (1 if isinstance(value, int) else 1e-3)
+    comp = gradpart(**{field: changed})
+    assert comp.settings()[field] == changed != GradPartCompressor().settings()[field]
+    grad = tf.zeros([4096])
+    slot = comp.memory.slot(grad, comp.state_spec())
+    assert comp.describe(grad, slot).header != GradPartCompressor().describe(grad, slot).header
 
 
 def test_compress_works_when_called_on_the_class():

@@ -53,7 +53,7 @@ class Follow(GradPartCompressor):
     def plan(self, sample, valid, previous, steps, n, price):
         nonzero = tf.not_equal(sample, 0) & valid
         current = stats.fit(sample, weights=nonzero)
-        fit = stats.predict(previous._replace(family=current.family), current, steps, self.prediction_decay)
+        fit = stats.predict(previous._replace(family=current.family), current, steps, self.research.decay)
         log_sigma = lambda f: tf.math.log(f.alpha) + stats.log_sigma_over_alpha(f.beta)
         fresh_alpha = tf.exp(log_sigma(current) - stats.log_sigma_over_alpha(fit.beta))
         alpha = tf.where(log_sigma(current) < log_sigma(fit), fresh_alpha, fit.alpha)
@@ -84,7 +84,7 @@ class CodeCost(GradPartCompressor):
         previous = stats.Fit(s["mu"].read_value(), s["alpha"].read_value(), s["beta"].read_value(),
                              tf.constant(stats.GAUSSIAN))
         return self.plan_with_counts(
-            *stats.fixed_sample(grad, self.sample_size), previous, s["steps"].read_value(),
+            *stats.fixed_sample(grad, self.research.sample_size), previous, s["steps"].read_value(),
             grad.shape.num_elements(), s["sent_key"].read_value(), s["sent_sparse"].read_value())
 
     def select(self, swept, grad, slot):

@@ -5,6 +5,7 @@ from hvd_gradpart.compressors.base import BaseCompressor
 from hvd_gradpart.compressors.dgc import DGCCompressor
 from hvd_gradpart.compressors.gradpart import GradPartCompressor
 from hvd_gradpart.compressors.powersgd import PowerSGDCompressor
+from hvd_gradpart.compressors.research import GradPartResearch
 from hvd_gradpart.compressors.sidco import SIDCoCompressor
 from hvd_gradpart.compressors.sparse import SparseCompressor
 from hvd_gradpart.compressors.topk import TopKCompressor
@@ -26,7 +27,8 @@ def get_compressor(name, **kwargs):
     """The compressor registered as ``name``, configured with ``kwargs``.
 
     Horovod's own ``none`` and ``fp16`` take no arguments and are returned as
-    classes; this package's methods return an instance.
+    classes; this package's methods return an instance, built by ``from_options``:
+    a research field may be passed flat (``get_compressor("gradpart", fit=False)``).
     """
     if name not in COMPRESSORS:
         raise ValueError(f"unknown compressor {name!r}; choose from {sorted(COMPRESSORS)}")
@@ -35,4 +37,4 @@ def get_compressor(name, **kwargs):
         if kwargs:
             raise ValueError(f"compressor {name!r} takes no options, got {sorted(kwargs)}")
         return method
-    return method(**kwargs)
+    return method.from_options(**kwargs)

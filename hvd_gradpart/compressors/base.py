@@ -1,16 +1,19 @@
 """The root of every compressor here: settings, residual memory, and what travels uncompressed.
 
 A compressor is a ``tf.Module`` behind Horovod's ``Compressor`` API. This layer holds what every
-method shares and nothing of how one compresses: its settings (checked on construction, hashed
-into payload headers by ``settings``), its residual memory
-(``hvd_gradpart.memory``: one slot per gradient), the class standing in for a default instance
-(``compression=TopKCompressor``), and the tensors a method leaves alone: below ``min_elements``,
-or not float, a tensor goes to Horovod's allreduce untouched, or, when its float dtype is not the
-marker's, whole through the exchange's allgather (a group takes one dtype). ``compress`` hands a
-tensor it compresses to the subclass's ``_compress``; ``decompress`` decodes what the exchange
-gathered, one function per dtype and encoding shared by every gradient.
+method shares and nothing of how one compresses: its settings (checked on construction; a
+research config's fields, passed flat by the registry, included; hashed into payload headers by
+``settings``), its residual memory (``hvd_gradpart.memory``: one slot per gradient), the class
+standing in for a default instance (``compression=TopKCompressor``), and the tensors a method
+leaves alone: below ``min_elements``, or not float, a tensor goes to Horovod's allreduce
+untouched, or, when its float dtype is not the marker's, whole through the exchange's allgather
+(a group takes one dtype). ``compress`` hands a tensor it compresses to the subclass's
+``_compress``; ``decompress`` decodes what the exchange gathered, one function per dtype and
+encoding shared by every gradient.
 """
+import dataclasses
 import functools
+import inspect
 import logging
 import types
 import weakref
@@ -66,6 +69,15 @@ class _OnDefaultInstance:
         return self.fn.__get__(cls.instance() if obj is None else obj, cls)
 
 
+class _InitSignature:
+    """``Cls.__signature__``: its ``__init__``'s arguments, which ``inspect`` and ``help`` would
+    otherwise read off the metaclass's ``__call__(*args, **kwargs)``."""
+
+    def __get__(self, obj, cls):
+        init = inspect.signature(cls.__init__)
+        return init.replace(parameters=list(init.parameters.values())[1:])
+
+
 class BaseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
     """Settings, residual memory and uncompressed passage shared by every method.
 
@@ -75,6 +87,8 @@ class BaseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
             or, for float dtypes other than float32, in the exchange's allgather.
     """
 
+    __signature__ = _InitSignature()
+    RESEARCH = None  # the type of the method's research config (its ``research`` argument), if any
     _defaults = {}
     _TF_MODULE_IGNORED_PROPERTIES = tf.Module._TF_MODULE_IGNORED_PROPERTIES | {"_alone", "_unfolded"}
 
@@ -89,6 +103,16 @@ class BaseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         self._hinted = False
 
     @classmethod
+    def from_options(cls, **options):
+        """An instance from flat options (the registry's and the method grammar's ``KEY=VALUE``):
+        an option named like a field of ``RESEARCH`` sets that field of ``research``."""
+        fields = {f.name for f in dataclasses.fields(cls.RESEARCH)} if cls.RESEARCH else set()
+        research = {name: options.pop(name) for name in sorted(fields & set(options))}
+        if research:
+            options["research"] = dataclasses.replace(options.get("research", cls.RESEARCH()), **research)
+        return cls(**options)
+
+    @classmethod
     def instance(cls):
         """The default-configured instance used when the class itself is passed."""
         if cls not in BaseCompressor._defaults:
@@ -97,8 +121,11 @@ class BaseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
 
     def settings(self):
         """The scalar settings every rank must share (hashed into each payload header)."""
-        return {k: v for k, v in sorted(vars(self).items())
-                if not k.startswith("_") and isinstance(v, (bool, int, float, str, tuple))}
+        scalars = (bool, int, float, str, tuple)
+        found = {k: v for k, v in vars(self).items() if not k.startswith("_") and isinstance(v, scalars)}
+        if dataclasses.is_dataclass(getattr(self, "research", None)):
+            found.update(dataclasses.asdict(self.research))
+        return dict(sorted(found.items()))
 
     def sparsifies(self, tensor):
         """Whether ``tensor`` is compressed (float, of known size, at least ``min_elements``)."""

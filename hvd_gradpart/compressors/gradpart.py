@@ -13,23 +13,23 @@ Each step, per gradient (formulas and their derivation in docs/algorithm.md):
    in nats, of coding one position in A;
 4. keep density within [floor, ceiling]: over the ceiling the largest
    candidates go, under the floor exact top-k of the tensor; everything
-   unsent stays in the residual. During the first
-   ``warmup_steps`` the floor falls log-linearly from the ceiling to
-   ``density_floor`` (a dense start, as DGC's warm-up), so short runs and
-   adaptive optimizers are not starved while the predictions settle;
+   unsent stays in the residual. During the first ``warmup_steps`` (a
+   research setting, off by default: ``GradPartResearch``) the floor falls
+   log-linearly from the ceiling to ``density_floor`` (a dense start, as
+   DGC's warm-up), so short runs and adaptive optimizers are not starved
+   while the predictions settle;
 5. follow the link (``hvd_gradpart.budget``): one shared price, in nats,
    joins every area's position cost, so the step sends what pays for itself
    in progress per second on the measured link; when a dense allreduce of
    the gradient makes more progress per second, the step hands Horovod the
    gradient itself.
 """
-import math
-
 import tensorflow as tf
 
 from hvd_gradpart import entropy, partition, stats
 from hvd_gradpart.compressors import topk
 from hvd_gradpart.compressors.linked import LinkAwareCompressor
+from hvd_gradpart.compressors.research import GradPartResearch
 
 _SCALAR = lambda value: (lambda n, dtype: tf.constant(value, tf.float64))
 
@@ -37,49 +37,39 @@ _SCALAR = lambda value: (lambda n, dtype: tf.constant(value, tf.float64))
 class GradPartCompressor(LinkAwareCompressor):
     """Adaptive gradient-partition compressor; no argument needs setting.
 
+    The rule decides what is worth sending from the gradient's own fitted distribution;
+    the arguments bound what a step may cost and say how values travel.
+
     Args:
-        sample_size: elements sampled (strided) per fit; bounds its cost.
-        prediction_decay: EMA weight of the previous step's parameters.
-        margin: nats added to the position cost (a sparser exchange).
-        density_floor: least fraction sent per tensor per step.
-        density_ceiling: most fraction sent per tensor per step.
-        warmup_steps: steps over which the floor falls from the ceiling
-            to ``density_floor`` (0, or a floor of 0: no warm-up).
-        fit: ablation switch; False fixes the family to Gaussian.
-        partition: ablation switch; False uses one area for the tensor.
-        entropy: ablation switch; False sends a fixed tail fraction
-            ``fixed_density`` of the fitted distribution instead.
-        predict: ablation switch; False uses each step's own fit.
-        fixed_density: tail fraction used when ``entropy`` is False.
-        value_encoding: "fp16" (default: values travel as float16, what
-            rounding removes stays in the residual) or "native".
-        **kwargs: see ``LinkAwareCompressor`` (``follow_link``: ablation switch) and
-            ``SparseCompressor``.
+        density_ceiling: the most a tensor sends per step, as a fraction of its elements,
+            in [``research.density_floor``, 1]. Bounds a step's bytes where the rule would
+            send more (a flat or piled-up gradient); the largest candidates go.
+        follow_link: True prices every sent value in the measured link's time and hands
+            Horovod the dense gradient when that makes more progress per second; False
+            keeps every step sparse at the rule's own density (a study of the rule alone).
+        value_encoding: "fp16" sends values as float16 (what rounding removes stays in the
+            residual); "native" in the gradient's dtype.
+        min_elements: tensors with fewer elements go uncompressed (compressing them saves
+            nothing), an int >= 0.
+        research: ``GradPartResearch``: the knobs and ablation switches of studies; its
+            defaults are the tested ones.
     """
 
     DIAGNOSTICS = ("family", "mu", "alpha", "beta", "key_size", "tau_key", "tau_sparse")
+    RESEARCH = GradPartResearch
 
-    def __init__(self, sample_size=4096, prediction_decay=0.9, margin=0.0,
-                 density_floor=1e-4, density_ceiling=0.02, warmup_steps=0, fit=True, partition=True,
-                 entropy=True, predict=True, fixed_density=1e-3, value_encoding="fp16",
-                 **kwargs):
-        super().__init__(value_encoding=value_encoding, **kwargs)
-        _check("sample_size", sample_size, lambda v: isinstance(v, int) and v >= 16, "an int >= 16")
-        _check("prediction_decay", prediction_decay, lambda v: 0.0 <= v < 1.0, "in [0, 1)")
-        _check("margin", margin, lambda v: math.isfinite(v) and v >= 0.0, "finite and >= 0")
-        _check("density_floor", density_floor, lambda v: 0.0 <= v <= 1.0, "in [0, 1]")
-        _check("density_ceiling", density_ceiling, lambda v: density_floor <= v <= 1.0,
-               "in [density_floor, 1]")
-        _check("warmup_steps", warmup_steps, lambda v: isinstance(v, int) and v >= 0, "an int >= 0")
-        _check("fixed_density", fixed_density, lambda v: 0.0 < v < 1.0, "in (0, 1)")
-        self.sample_size = sample_size
-        self.prediction_decay = prediction_decay if predict else 0.0
-        self.margin = margin
-        self.density_floor = density_floor
+    def __init__(self, density_ceiling=0.02, follow_link=True, value_encoding="fp16", min_elements=1024,
+                 research=GradPartResearch()):
+        super().__init__(follow_link=follow_link, value_encoding=value_encoding, min_elements=min_elements)
+        if not isinstance(research, GradPartResearch):
+            raise TypeError(f"GradPartCompressor: research must be a GradPartResearch, got {research!r}")
+        floor = research.density_floor
+        if isinstance(density_ceiling, bool) or not isinstance(density_ceiling, (int, float)) or not (
+                floor <= density_ceiling <= 1.0):
+            raise ValueError(f"GradPartCompressor: density_ceiling must be in [research.density_floor "
+                             f"({floor!r}), 1], got {density_ceiling!r}")
         self.density_ceiling = density_ceiling
-        self.warmup_steps = warmup_steps
-        self.use_fit, self.use_partition, self.use_entropy = fit, partition, entropy
-        self.fixed_density = fixed_density
+        self.research = research
 
     def state_spec(self):
         return {"mu": _SCALAR(0.0), "alpha": _SCALAR(1.0), "beta": _SCALAR(2.0), "steps": _SCALAR(0.0)}
@@ -100,32 +90,33 @@ class GradPartCompressor(LinkAwareCompressor):
             price: the link's price of a sent value, nats (float64 scalar).
         """
         nonzero = tf.not_equal(sample, 0) & valid
-        current = stats.fit(sample, None if self.use_fit else stats.GAUSSIAN, weights=nonzero)
-        fit = stats.predict(previous._replace(family=current.family), current, steps, self.prediction_decay)
+        current = stats.fit(sample, None if self.research.fit else stats.GAUSSIAN, weights=nonzero)
+        fit = stats.predict(previous._replace(family=current.family), current, steps, self.research.decay)
         empty = tf.logical_not(tf.reduce_any(nonzero))  # nothing to fit: keep the last prediction
         fit = stats.Fit(*(tf.where(empty, p, f) for p, f in zip(previous[:3], fit[:3])), fit.family)
-        if self.use_partition:
+        if self.research.partition:
             key_size, sparse_size = partition.area_sizes(sample, fit, n, valid)
             edge = partition.boundary(fit)
         else:
             key_size, sparse_size = tf.constant(0.0, tf.float64), n
             edge = tf.constant(float("inf"), tf.float64)
         tau_sparse = self.area_threshold(fit, sparse_size, price)
-        tau_key = self.area_threshold(fit, key_size, price) if self.use_partition else tau_sparse
+        tau_key = self.area_threshold(fit, key_size, price) if self.research.partition else tau_sparse
         return fit, key_size, edge, tau_key, tau_sparse
 
     def area_threshold(self, fit, size, price):
         """One area's threshold: entropy rule (a position's cost plus the link's price), or
         fixed tail when ablated."""
-        if not self.use_entropy:
-            return entropy.tail_threshold(fit, self.fixed_density)
-        return entropy.power_threshold(fit, tf.maximum(entropy.position_cost(size) + self.margin + price, 0.0))
+        if not self.research.entropy:
+            return entropy.tail_threshold(fit, self.research.fixed_density)
+        cost = entropy.position_cost(size) + self.research.margin + price
+        return entropy.power_threshold(fit, tf.maximum(cost, 0.0))
 
     def prepare(self, residual, grad, state, slot):
         s = slot.state
         previous = stats.Fit(s["mu"].read_value(), s["alpha"].read_value(), s["beta"].read_value(),
                              tf.constant(stats.GAUSSIAN))
-        sample, valid = stats.fixed_sample(grad, self.sample_size)
+        sample, valid = stats.fixed_sample(grad, self.research.sample_size)
         return self.plan(sample, valid, previous, s["steps"].read_value(),
                          tf.cast(tf.size(grad), tf.float64), slot.price)
 
@@ -149,8 +140,8 @@ class GradPartCompressor(LinkAwareCompressor):
     def floor(self, steps):
         """The warm-up's density floor at ``steps`` (float64): log-linear from
         the ceiling to ``density_floor`` over ``warmup_steps``, then that floor."""
-        progress = tf.minimum(steps / self.warmup_steps, 1.0)
-        return self.density_ceiling * (self.density_floor / self.density_ceiling) ** progress
+        progress = tf.minimum(steps / self.research.warmup_steps, 1.0)
+        return self.density_ceiling * (self.research.density_floor / self.density_ceiling) ** progress
 
     def guard(self, acc, candidates, steps):
         """The candidates' indices; over the ceiling the largest of them (``topk.top_among``
@@ -158,9 +149,10 @@ class GradPartCompressor(LinkAwareCompressor):
         ``steps`` while it lasts) exact top-k of the whole tensor (``topk.top_k``)."""
         n = tf.cast(tf.size(acc), tf.float64)
         one = tf.constant(1.0, tf.float64)
-        low = tf.minimum(n, tf.maximum(one, tf.math.ceil(self.density_floor * n))) if self.density_floor > 0 else 0 * n
+        floor, warmup = self.research.density_floor, self.research.warmup_steps
+        low = tf.minimum(n, tf.maximum(one, tf.math.ceil(floor * n))) if floor > 0 else 0 * n
         high = tf.maximum(low, tf.floor(self.density_ceiling * n))
-        if self.warmup_steps > 0 and self.density_floor > 0:
+        if warmup > 0 and floor > 0:
             low = tf.clip_by_value(tf.math.ceil(self.floor(steps) * n), low, high)
         low, high = tf.cast(low, tf.int32), tf.cast(high, tf.int32)
         count = candidates.count
@@ -168,8 +160,3 @@ class GradPartCompressor(LinkAwareCompressor):
                                  lambda: candidates.indices)
         return tf.cond(count < low, lambda: topk.top_k(acc, low), capped)
 
-
-def _check(name, value, ok, valid):
-    """Raises ValueError naming ``name`` unless ``value`` is a number passing ``ok``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
-        raise ValueError(f"GradPartCompressor: {name} must be {valid}, got {value!r}")
