@@ -1,4 +1,4 @@
-"""Deep Gradient Compression.
+"""Deep Gradient Compression: momentum correction and masking, a density warm-up, a sampled threshold.
 
 Lin, Han, Mao, Wang, Dally 2018, "Deep Gradient Compression: Reducing the
 Communication Bandwidth for Distributed Training" (ICLR, arXiv:1712.01887).

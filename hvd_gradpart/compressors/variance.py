@@ -1,4 +1,4 @@
-"""Variance-based gradient compression.
+"""Variance-based compression: an element travels once its accumulated update beats its noise.
 
 Tsuzuku, Imachi, Akiba 2018, "Variance-based Gradient Compression for
 Efficient Distributed Deep Learning" (arXiv:1802.06058).
@@ -20,8 +20,7 @@ The variance ``s`` comes from one of two sources:
 
 Deviations: values travel as ``value_encoding`` says (native or fp16), not in
 the paper's 4-bit quantization, which the shared exchange does not carry;
-``alpha = 1`` and ``zeta = 0.999`` are this project's defaults (the paper's
-exact experimental values were not checked against its text here); the
+``alpha = 1`` and ``zeta = 0.999`` are this project's defaults; the
 unbiased centred estimator of ``s`` is this project's choice, and the paper's
 cheap in-backprop computation of per-example squares is left to the caller.
 """
