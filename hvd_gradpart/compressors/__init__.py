@@ -1,4 +1,4 @@
-"""Registry of compression methods, by name."""
+"""The compression methods, one file each, on three layers (base, sparse, linked); a registry by name."""
 from horovod.tensorflow.compression import Compression
 
 from hvd_gradpart.compressors.base import BaseCompressor
