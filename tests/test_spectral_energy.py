@@ -57,3 +57,52 @@ def test_both_splits_the_bytes_and_warm_from_exact_vectors_is_the_svd():
     for b in rows.values():
         assert abs(b["warm"] - b["svd"]) < 1e-5
         assert b["both"] >= max(b["svd"], b["coordinates"])
+
+
+def test_top_coordinates_keeps_the_k_largest():
+    m = np.array([[0.1, -3.0, 0.2], [2.0, -0.5, 1.0]])
+    assert np.array_equal(se.top_coordinates(m, 2), [[0, -3.0, 0], [2.0, 0, 0]])
+    assert np.array_equal(se.top_coordinates(m, 9), m)
+
+
+def test_exact_rank_is_the_truncated_svd(monkeypatch):
+    rng = np.random.default_rng(3)
+    m = rng.normal(size=(40, 60)) * np.linspace(2, 0.1, 60)
+    u, s, vt = np.linalg.svd(m, full_matrices=False)
+    for direct in (se.DIRECT, 0):  # a full SVD, then subspace iteration
+        monkeypatch.setattr(se, "DIRECT", direct)
+        for r in (1, 4):
+            sent, v = se.exact_rank(m, rng.normal(size=(60, r + se.OVERSAMPLE)), r)
+            assert np.allclose(sent, (u[:, :r] * s[:r]) @ vt[:r], atol=1e-5)
+    assert np.allclose(np.abs(v[:, :4].T @ vt[:4].T), np.eye(4), atol=1e-5)  # the start of the next step
+
+
+def test_feedback_keeps_output_plus_residual_equal_to_input():
+    rng = np.random.default_rng(4)
+    m = rng.normal(size=(48, 80))
+    memory = se.fresh(*m.shape)
+    assert sorted(memory) == sorted((r, x) for r in se.FEEDBACK_RANKS for x in se.METHODS)
+    residuals = {key: rng.normal(size=m.shape) for key in memory}
+    memory = {key: (residuals[key], state) for key, (_, state) in memory.items()}
+    for (r, method), (residual, state) in memory.items():
+        acc = m + residual
+        sent, _ = se.compress(method, acc, state, r)
+        if method != "coordinates":
+            assert np.linalg.matrix_rank(sent, tol=1e-4 * np.linalg.norm(sent)) == r
+        after, rows = se.feedback(m, {(r, method): (residual, state)})
+        assert np.allclose(sent + after[r, method][0], acc, atol=1e-5)
+        (row,) = rows
+        assert abs(row[method] - se.energy(sent) / se.energy(acc)) < 1e-5
+        assert abs(row[f"{method}_residual"] - np.linalg.norm(acc - sent) / np.linalg.norm(m)) < 1e-5
+
+
+def test_with_feedback_a_fixed_rank_1_gradient_is_captured_once_the_residual_settles():
+    rng = np.random.default_rng(5)
+    m = np.outer(rng.normal(size=32), rng.normal(size=64))
+    memory = se.fresh(*m.shape)
+    for _ in range(5):
+        memory, rows = se.feedback(m, memory)
+    for row in rows:
+        for method in ("warm", "warm2", "svd"):
+            assert row[method] > 1 - 1e-6 and row[f"{method}_residual"] < 1e-3
+        assert row["k"] < m.size and row["coordinates"] < 1  # coordinates at these bytes cannot send it all
