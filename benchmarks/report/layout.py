@@ -25,8 +25,9 @@ def members(package):
 
 
 def line(name, text, indent=0):
+    """One row of the tree: the name, indented, in a column of its own, then its summary."""
     label = " " * indent + name
-    return f"{label:<{24}} {text}".rstrip()
+    return f"{label:<24} {text}".rstrip()
 
 
 def tree(root):

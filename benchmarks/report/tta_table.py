@@ -205,7 +205,7 @@ def picks(cells):
     lines = ["| link | models | first | then | gradpart |", "|---|---|---|---|---|"]
     for link, models in by_link.items():
         shared = set.intersection(*(set(times) for times in models.values()))
-        fastest = {model: min(t for t in times.values()) for model, times in models.items()}
+        fastest = {model: min(times.values()) for model, times in models.items()}
         score = {m: _geomean([models[model][m] / fastest[model] for model in models]) for m in shared}
         ranked = sorted(score, key=lambda m: (score[m], m))
         text = lambda m: f"{m} {fmt(score[m], '.2f', 'x')}"
