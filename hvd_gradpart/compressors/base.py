@@ -43,6 +43,7 @@ class Context(NamedTuple):
     original: tf.Tensor      # the gradient as Horovod handed it (shape, dtype)
     mismatch: str            # the error when ranks disagree on it
     encoding: str            # how its values travel
+    key: tf.Tensor = None    # a spectral key area's sum over ranks, flat (``hvd_gradpart.spectral``), if any
 
 
 class _OnDefaultInstance:
@@ -187,10 +188,11 @@ class BaseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         if ctx is None:
             return tensor
         self._hint_if_per_tensor(tensor)
-        total = self._shared_decode(ctx.ticket.payloads(), exchange.marker_scale(tensor), self.unfolded(False),
+        scale = exchange.marker_scale(tensor)
+        total = self._shared_decode(ctx.ticket.payloads(), scale, self.unfolded(False),
                                     tf.zeros([0], ctx.original.dtype), self.unfolded(ctx.original.shape.num_elements()),
                                     ctx.original.dtype, ctx.encoding, self.unfolded(ctx.mismatch))
-        return self._finish(total, ctx)
+        return self._finish(total, ctx, scale)
 
     @tf.function(autograph=False, reduce_retracing=True, experimental_attributes={"_noinline": True})
     def _shared_decode(self, payloads, scale, dense, reduced, n, dtype, encoding, mismatch):
@@ -202,8 +204,11 @@ class BaseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
             payloads, n, dtype, encoding, scale, mismatch))
 
     @staticmethod
-    def _finish(total, ctx):
-        """The flat decoded sum in the gradient's shape."""
+    def _finish(total, ctx, scale):
+        """The flat decoded sum, plus its key area's sum times ``scale`` when it has one, in the
+        gradient's shape."""
+        if ctx.key is not None:
+            total = total + ctx.key * tf.cast(scale, ctx.key.dtype)
         return tf.reshape(total, ctx.original.shape)
 
 

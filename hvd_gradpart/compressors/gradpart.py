@@ -18,7 +18,11 @@ Each step, per gradient (formulas and their derivation in docs/algorithm.md):
    log-linearly from the ceiling to ``density_floor`` (a dense start, as
    DGC's warm-up), so short runs and adaptive optimizers are not starved
    while the predictions settle;
-5. follow the link (``hvd_gradpart.budget``): one shared price, in nats,
+5. spectral key area (``hvd_gradpart.spectral``): a matrix-shaped gradient
+   also sends its leading directions as warm factors through the allreduce,
+   as many as pay against the coordinates' energy per byte; the steps above
+   then pick the outliers of what the factors leave;
+6. follow the link (``hvd_gradpart.budget``): one shared price, in nats,
    joins every area's position cost, so the step sends what pays for itself
    in progress per second on the measured link; when a dense allreduce of
    the gradient makes more progress per second, the step hands Horovod the
@@ -26,9 +30,11 @@ Each step, per gradient (formulas and their derivation in docs/algorithm.md):
 """
 import tensorflow as tf
 
-from hvd_gradpart import entropy, partition, stats
+from hvd_gradpart import entropy, exchange, partition, spectral, stats
 from hvd_gradpart.compressors import topk
+from hvd_gradpart.compressors.base import assert_finite
 from hvd_gradpart.compressors.linked import LinkAwareCompressor
+from hvd_gradpart.memory import creating_slot_variables
 from hvd_gradpart.compressors.research import GradPartResearch
 
 _SCALAR = lambda value: (lambda n, dtype: tf.constant(value, tf.float64))
@@ -70,9 +76,50 @@ class GradPartCompressor(LinkAwareCompressor):
                              f"({floor!r}), 1], got {density_ceiling!r}")
         self.density_ceiling = density_ceiling
         self.research = research
+        self.keys = {}  # slot key -> spectral.SpectralKey of a matrix-shaped gradient
 
     def state_spec(self):
         return {"mu": _SCALAR(0.0), "alpha": _SCALAR(1.0), "beta": _SCALAR(2.0), "steps": _SCALAR(0.0)}
+
+    def spectral_key(self, slot, tensor):
+        """The ``spectral.SpectralKey`` of ``slot``'s float32 matrix-shaped gradient, made on first
+        use; None for any other (or with ``research.spectral`` off)."""
+        shape = spectral.matrix_shape(tensor.shape, self.research.max_rank)
+        if not self.research.spectral or tensor.dtype != tf.float32 or shape is None:
+            return None
+        if slot.key not in self.keys:
+            with tf.init_scope(), creating_slot_variables():
+                value_bytes = exchange.wire_dtype(tf.float32, self.value_encoding).size
+                self.keys[slot.key] = spectral.SpectralKey(*shape, self.research.max_rank, value_bytes, seed=0)
+        return self.keys[slot.key]
+
+    def split(self, slot, tensor, grad, what):
+        key = self.spectral_key(slot, tensor)
+        if key is None:
+            return None
+        residual = slot.residual.value()
+        acc = residual + grad
+        with tf.control_dependencies([assert_finite(tf.reduce_all(tf.math.is_finite(acc)), what)]):
+            return key.split(grad, residual, tf.identity(acc), self.research.outliers)
+
+    def after_split(self, slot, split):
+        if split is None:
+            return
+        slot.metrics.declare(("key_bytes", "rank"))
+        key, figures = self.keys[slot.key], slot.metrics.values
+        sent = key.sent_bytes(split.width)
+        values = tf.cast(split.width * (key.fan_in + key.out), tf.float64)
+        figures["key_bytes"].assign(sent, read_value=False)
+        figures["rank"].assign(tf.cast(split.width, tf.float64), read_value=False)
+        for name, x in (("sent_bytes", sent), ("total_sent_bytes", sent), ("sent_elements", values),
+                        ("total_sent_elements", values)):
+            figures[name].assign_add(x, read_value=False)
+
+    def slot_view(self, slot, grad, what="the gradient", split=None):
+        view = super().slot_view(slot, grad, what, split)
+        if split is None or self.research.outliers:
+            return view
+        return view._replace(quiet=split.width > 0)
 
     @tf.function(jit_compile=True, reduce_retracing=True, autograph=False)
     def plan(self, sample, valid, previous, steps, n, price):

@@ -5,7 +5,8 @@ value for the step's mode: sparse (the selection rule, with the budget's price a
 position costs) or dense (the gradient, with ``config.drain`` of its residual flushed in,
 handed to Horovod's allreduce with its marker). The first gradient's marker also carries
 this rank's figures of the last step, and its ``decompress`` keeps what came back (the
-means over ranks). Each gradient stamps its own times and counts. Nothing here writes a
+means over ranks). A gradient that sends nothing but a spectral key area this step (``quiet``)
+skips the gather (when every payload of the group does) and the decoding. Each gradient stamps its own times and counts. Nothing here writes a
 variable that another gradient's branch touches.
 """
 from typing import NamedTuple
@@ -15,7 +16,7 @@ import tensorflow as tf
 from hvd_gradpart import branch, exchange, metrics
 from hvd_gradpart.budget import FIGURES, Budget
 from hvd_gradpart.compressors.base import Context, _OnDefaultInstance, elements
-from hvd_gradpart.compressors.sparse import SparseCompressor
+from hvd_gradpart.compressors.sparse import SparseCompressor, view_grad
 from hvd_gradpart.memory import called_at_call_time, function_graph
 
 
@@ -27,6 +28,7 @@ class LinkContext(NamedTuple):
     key: str          # the gradient's slot key
     dense: tf.Tensor  # bool: this step hands Horovod the gradient
     first: bool       # its marker carries the step's figures
+    quiet: tf.Tensor = None  # bool: this step sent nothing of it but its spectral key area (None: never)
 
 
 class LinkAwareCompressor(SparseCompressor):
@@ -78,14 +80,21 @@ class LinkAwareCompressor(SparseCompressor):
         grad = tf.reshape(tensor, [-1])
         with tf.control_dependencies([grad]):
             began = tf.timestamp()
-        tail = tf.concat([exchange.marker(), tf.cast(now[2:], exchange.MARKER_DTYPE)], 0) if first else exchange.marker()
+        split = self.split(slot, tensor, grad, described.what)
+        tail = exchange.marker()
+        if first:
+            tail = tf.concat([tail, tf.cast(now[2:], exchange.MARKER_DTYPE)], 0)
+        view = self.slot_view(slot, grad, described.what, split)
         values, payload, residual = self._shared_step(
-            self.slot_view(slot, grad, described.what), grad, dense, began, budget.stamps_of(slot.key),
-            budget.config.drain, self.unfolded(described.header), self.opens_group())
+            view, view_grad(grad, split), dense, began, budget.stamps_of(slot.key), budget.config.drain,
+            self.unfolded(described.header), self.opens_group())
         slot.residual.assign(residual, read_value=False)
-        ticket = exchange.enqueue(payload, described.header, described.what, skip=dense)
-        context = Context(ticket, tensor, described.mismatch, self.value_encoding)
-        return tf.concat([values, tail], 0), LinkContext(context, budget, slot.key, dense, first)
+        self.after_split(slot, split)
+        skip = dense if view.quiet is None else dense | view.quiet
+        ticket = exchange.enqueue(payload, described.header, described.what, skip=skip)
+        key = None if split is None else split.total
+        context = Context(ticket, tensor, described.mismatch, self.value_encoding, key)
+        return tf.concat([values, tail], 0), LinkContext(context, budget, slot.key, dense, first, view.quiet)
 
     @tf.function(autograph=False, reduce_retracing=True, experimental_attributes={"_noinline": True})
     def _shared_step(self, view, grad, dense, began, stamps, drain, header, opens_group):
@@ -123,9 +132,12 @@ class LinkAwareCompressor(SparseCompressor):
         tensor, payloads = ctx.budget.arrived(ctx.key, (tensor, context.ticket.payloads()))
         tail = 1 + FIGURES if ctx.first else 1
         marker = tensor[-tail:][:1]
-        total = self._shared_decode(payloads, exchange.marker_scale(marker), ctx.dense, tensor, self.unfolded(n),
-                                    context.original.dtype, context.encoding, self.unfolded(context.mismatch))
+        scale = exchange.marker_scale(marker)
+        decode = lambda: self._shared_decode(payloads, scale, ctx.dense, tensor, self.unfolded(n),
+                                             context.original.dtype, context.encoding, self.unfolded(context.mismatch))
+        total = decode() if ctx.quiet is None else branch.cond(
+            ctx.quiet, lambda: tf.zeros([n], context.original.dtype), decode)
         if ctx.first:
             with tf.control_dependencies([ctx.budget.brought(tensor[-FIGURES:], marker[0])]):
                 total = tf.identity(total)
-        return self._finish(total, context)
+        return self._finish(total, context, scale)

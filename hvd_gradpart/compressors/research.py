@@ -23,11 +23,17 @@ class GradPartResearch:
     warmup_steps: int = 0          # steps over which the floor falls log-linearly from the density
                                    # ceiling to density_floor, a dense start (0: none)
     fixed_density: float = 1e-3    # the tail fraction of the fitted distribution sent when entropy is off
-    # Ablation switches: False takes a stage out, to measure what it buys.
+    max_rank: int = 4              # the most directions a spectral key area sends per step
+    # Ablation switches: False takes a stage out, to measure what it buys (spectral: True puts one in).
     fit: bool = True               # False: the Gaussian family, not the likelihood's choice
     partition: bool = True         # False: one area for the whole tensor, no key area
     entropy: bool = True           # False: send the fixed tail fraction fixed_density, not the entropy rule
     predict: bool = True           # False: each step's own fit, no EMA over steps
+    spectral: bool = False         # True: matrix-shaped gradients also get a key area in their own basis
+                                   # (hvd_gradpart.spectral); off by default: it cut steps on an MLP but
+                                   # lost time on LeNet-5 (docs/notes/gradpart.md, "Spectral key area")
+    outliers: bool = True          # False: a step that sends a spectral key area sends nothing else of
+                                   # that tensor (the key area alone: adaptive-rank PowerSGD)
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -51,6 +57,7 @@ _CHECKS = {  # field -> (whether a number is valid, the range an error names)
     "density_floor": (lambda v: 0.0 <= v <= 1.0, "in [0, 1]"),
     "warmup_steps": (lambda v: isinstance(v, int) and v >= 0, "an int >= 0"),
     "fixed_density": (lambda v: 0.0 < v < 1.0, "in (0, 1)"),
+    "max_rank": (lambda v: isinstance(v, int) and v >= 1, "an int >= 1"),
 }
 
 

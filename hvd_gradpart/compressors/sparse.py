@@ -14,6 +14,10 @@ buffer, which the residual variable takes over without a copy. No sparse
 update ever touches a variable (one would put it in TensorFlow's
 copy-on-read mode, in which every later read and update copies it).
 
+A subclass may ``split`` a gradient first: a key area sent another way (GradPart's spectral
+key area, through the allreduce) takes its share, and the sparse step runs on the rest, or, on
+a ``quiet`` step, sends nothing and keeps the rest (``_nothing``).
+
 A gradient's whole sparse step (sweep, selection, encoding, error feedback, accounting) is one
 function that takes the gradient's variables as arguments (``SlotView``), traced once per size
 and dtype and called, not inlined, for every gradient of that size: the traced graph grows with
@@ -23,7 +27,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from hvd_gradpart import exchange, fused, metrics
+from hvd_gradpart import branch, exchange, fused, metrics
 from hvd_gradpart.compressors.base import BaseCompressor, Context, assert_finite, elements
 
 
@@ -36,6 +40,7 @@ class SlotView(NamedTuple):
     metrics: dict          # name -> its metrics variable (``TensorMetrics.values``), every name declared
     price: tf.Tensor       # float64: the link's price of a sent value, nats (0 when not priced)
     what: tf.Tensor        # tf.string: the gradient, as errors name it
+    quiet: tf.Tensor = None  # bool: send nothing this step, keep it all (None: never)
 
 
 class Described(NamedTuple):
@@ -143,12 +148,22 @@ class SparseCompressor(BaseCompressor):
         """The link's price of a sent value for ``slot`` (nats, float64): none here."""
         return tf.constant(0.0, tf.float64)
 
+    def split(self, slot, tensor, grad, what):
+        """A ``spectral.Split`` of the flat ``grad`` whose sparse part this step sends, or None:
+        the sparse area takes it all (the default)."""
+        return None
+
+    def after_split(self, slot, split):
+        """Records what ``split``'s key area sent, once the sparse area's step recorded its own."""
+
     # The step ---------------------------------------------------------------
 
-    def slot_view(self, slot, grad, what="the gradient"):
-        """``SlotView`` of ``slot`` for a step on the flat ``grad``."""
+    def slot_view(self, slot, grad, what="the gradient", split=None):
+        """``SlotView`` of ``slot`` for a step on the flat ``grad``, or on ``split``'s sparse part."""
         slot.metrics.declare(metrics.COUNTERS + ("wire_format",) + self.DIAGNOSTICS)
-        return SlotView(slot.residual.value(), dict(slot.state), self.inputs(slot, grad), dict(slot.metrics.values),
+        residual = slot.residual.value() if split is None else split.residual
+        grad = grad if split is None else split.grad
+        return SlotView(residual, dict(slot.state), self.inputs(slot, grad), dict(slot.metrics.values),
                         self.price(slot), self.unfolded(what))
 
     def opens_group(self):
@@ -198,11 +213,14 @@ class SparseCompressor(BaseCompressor):
         slot = self.memory.slot(tensor, self.state_spec())
         described = self.describe(tensor, slot)
         grad = tf.reshape(tensor, [-1])
-        payload, _, residual = self._shared_sparse(self.slot_view(slot, grad, described.what), grad, described.header,
-                                                   self.opens_group())
+        split = self.split(slot, tensor, grad, described.what)
+        view = self.slot_view(slot, grad, described.what, split)
+        payload, _, residual = self._shared_sparse(view, view_grad(grad, split), described.header, self.opens_group())
         slot.residual.assign(residual, read_value=False)
+        self.after_split(slot, split)
         ticket = exchange.enqueue(payload, described.header, described.what)
-        return exchange.marker(), Context(ticket, tensor, described.mismatch, self.value_encoding)
+        return exchange.marker(), Context(ticket, tensor, described.mismatch, self.value_encoding,
+                                          None if split is None else split.total)
 
     def describe(self, tensor, slot):
         """``Described`` of a sparsified gradient in ``slot``."""
@@ -223,6 +241,9 @@ class SparseCompressor(BaseCompressor):
             header: the digest its payload's header carries (an int or int32 tensor).
             opens_group: bool tensor, its payload opens the group (and carries the group's tag).
         """
+        if view.quiet is not None:
+            return branch.cond(view.quiet, lambda: self._nothing(view, grad, header, opens_group),
+                               lambda: self._sparse(view._replace(quiet=None), grad, header, opens_group))
         n = elements(grad)
         swept = self.run_sweep(view, grad)
         indices, diagnostics = self.select(swept, grad, view)
@@ -239,7 +260,27 @@ class SparseCompressor(BaseCompressor):
                            tf.reduce_sum(squares), least])
         return encoded.payload, counts, residual
 
+    def _nothing(self, view, grad, header, opens_group):
+        """``_sparse``'s results when a step sends nothing: a payload of no values, the counts,
+        and the residual ``r + g`` (the caller checked it finite)."""
+        n = elements(grad)
+        nothing = tf.zeros([0], grad.dtype)
+        encoded = exchange.encode(nothing, tf.zeros([0], tf.int32), n, self.value_encoding, header, ascending=True)
+        sent = exchange.sent_bytes(encoded.payload, opens_group)
+        metrics.record(view.metrics, elements=n, dense_bytes=n * grad.dtype.size, sent_elements=0, sent_bytes=sent,
+                       wire_format=encoded.format)
+        zero = tf.constant(0.0, tf.float64)
+        as64 = lambda x: tf.cast(x, tf.float64)
+        counts = tf.stack([as64(sent), zero, zero, tf.reduce_sum(tf.square(as64(view.residual + grad))), zero,
+                           tf.constant(float("inf"), tf.float64)])
+        return encoded.payload, counts, view.residual + grad
+
     @tf.function(autograph=False, experimental_attributes={"_noinline": True})
     def _shared_sparse(self, view, grad, header, opens_group):
         """``_sparse`` as one function per size and dtype, shared by every gradient of them."""
         return self._sparse(view, grad, header, opens_group)
+
+
+def view_grad(grad, split):
+    """The flat gradient the sparse area's step takes: ``grad``, or ``split``'s sparse part."""
+    return grad if split is None else split.grad

@@ -4,12 +4,11 @@ Expectations are computed here in numpy from every rank's input, gathered
 with plain ``hvd.allgather``; inputs depend on the rank.
 """
 import horovod.tensorflow as hvd
-import horovod.tensorflow.keras as hvdk
 import numpy as np
 import tensorflow as tf
 
 from common import assert_same_on_all_ranks, check, gather_np, init, ok
-from harness import training
+from small_model import fit_keras, train_tape
 from hvd_gradpart import PowerSGDCompressor, summary
 
 RANK, SIZE = init()
@@ -73,39 +72,18 @@ def check_full_rank_steps_match_numpy():
     ok("full-rank steps match numpy; mean output + residual is every rank's input")
 
 
-def make_model():
-    tf.keras.utils.set_random_seed(5)
-    return tf.keras.Sequential([tf.keras.Input((32,)), tf.keras.layers.Dense(64, activation="tanh"),
-                                tf.keras.layers.Dense(48, activation="tanh"), tf.keras.layers.Dense(10)])
-
-
-def batch(step, size=16):
-    rs = np.random.RandomState(100 * step + RANK)
-    return rs.randn(size, 32).astype(np.float32), rs.randint(0, 10, size).astype(np.int32)
-
-
-LOSS = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 STEPS = 4
 
 
-def train_tape(compression, num_groups=0):
-    """Weights after STEPS steps of the library's training step (DistributedGradientTape in tf.function)."""
-    model = make_model()
-    step = training.make_step(model, tf.keras.optimizers.SGD(0.1), compression, num_groups=num_groups)
-    for s in range(STEPS):
-        step(*batch(s))
-    return [v.numpy() for v in model.trainable_variables]
-
-
 def check_tape():
-    per_tensor = train_tape(PowerSGDCompressor(warmup_steps=1, min_elements=0))
+    per_tensor = train_tape(PowerSGDCompressor(warmup_steps=1, min_elements=0), STEPS)
     assert_same_on_all_ranks(per_tensor, "DistributedGradientTape per tensor")
-    grouped = train_tape(PowerSGDCompressor(warmup_steps=1, min_elements=0), num_groups=1)
+    grouped = train_tape(PowerSGDCompressor(warmup_steps=1, min_elements=0), STEPS, num_groups=1)
     assert_same_on_all_ranks(grouped, "DistributedGradientTape groups=1")
     check(all(np.array_equal(a, b) for a, b in zip(per_tensor, grouped)), "groups=1 differs from per tensor")
-    dense = train_tape(hvd.Compression.none)
+    dense = train_tape(hvd.Compression.none, STEPS)
     check(not np.allclose(per_tensor[0], dense[0], atol=1e-6), "the compressed run looks dense")
-    warm = train_tape(PowerSGDCompressor(warmup_steps=STEPS, min_elements=0), num_groups=1)
+    warm = train_tape(PowerSGDCompressor(warmup_steps=STEPS, min_elements=0), STEPS, num_groups=1)
     check(all(np.allclose(w, d, rtol=1e-6, atol=1e-7) for w, d in zip(warm, dense)),
           "a run that is all warm-up differs from dense")
     ok("DistributedGradientTape in tf.function, per tensor and groups=1 bit-identical; warm-up is dense")
@@ -113,12 +91,7 @@ def check_tape():
 
 def check_keras_fit():
     comp = PowerSGDCompressor(warmup_steps=2, min_elements=0)
-    model = make_model()
-    opt = hvdk.DistributedOptimizer(tf.keras.optimizers.SGD(0.1), compression=comp)
-    model.compile(optimizer=opt, loss=LOSS)
-    x, y = zip(*(batch(s) for s in range(STEPS)))
-    model.fit(np.concatenate(x), np.concatenate(y), batch_size=16, epochs=2, shuffle=False, verbose=0)
-    assert_same_on_all_ranks([v.numpy() for v in model.trainable_variables], "keras fit")
+    assert_same_on_all_ranks(fit_keras(comp, STEPS), "keras fit")
     # 8 steps: the kernels (32x64, 64x48, 48x10) go dense twice, then as P, Q and the marker;
     # the biases always go dense, through Horovod's own allreduce (no marker).
     kernels = ((32, 64), (64, 48), (48, 10))

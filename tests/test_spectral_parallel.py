@@ -1,0 +1,10 @@
+"""GradPart's spectral key area on two local ranks, Gloo and MPI (tests/parallel/spectral_check.py)."""
+import pytest
+
+from conftest import horovodrun
+
+
+@pytest.mark.parametrize("backend", ["gloo", "mpi"])
+def test_spectral_key_is_exact_and_bit_identical_on_two_ranks(backend):
+    out = horovodrun("spectral_check.py", np=2, backend=backend, timeout=400)
+    assert "OK spectral checks passed on 2 ranks" in out, out[-3000:]
