@@ -9,7 +9,9 @@ runs of the matrix (``results/tta``) where they exist, then writes one time-to-a
 model and link (``benchmarks.report.tta_table``: medians over seeds, ranges) to
 ``results/studies/spectral_ablation.md``. The variants: GradPart's coordinates alone (its
 default), its spectral key area alone on the steps it is sent (adaptive-rank PowerSGD within
-GradPart), key area and outliers, and PowerSGD at ranks 1, 2 and 4.
+GradPart), key area and outliers, and PowerSGD at ranks 1, 2 and 4. Runs of other variants made
+into the same folder by hand (``python -m benchmarks.tta --results results/studies/spectral_ablation
+--methods NAME=...``) join the tables (docs/notes/gradpart.md says which).
 """
 import argparse
 import json
