@@ -1,6 +1,7 @@
 """GradPart's spectral key area against coordinates and PowerSGD: time to accuracy on the cluster.
 
     python -m benchmarks.studies.spectral_ablation [--models mlp lenet5] [--links 20mbit] [--seeds 0 1 2]
+    python -m benchmarks.studies.spectral_ablation --local    # steps and bytes, no link
     python -m benchmarks.studies.spectral_ablation --table-only
 
 Runs ``benchmarks.tta`` (the two-node edge cluster, the shaped link, the matrix's stop rules;
@@ -9,7 +10,11 @@ runs of the matrix (``results/tta``) where they exist, then writes one time-to-a
 model and link (``benchmarks.report.tta_table``: medians over seeds, ranges) to
 ``results/studies/spectral_ablation.md``. The variants: GradPart's coordinates alone (its
 default), its spectral key area alone on the steps it is sent (adaptive-rank PowerSGD within
-GradPart), key area and outliers, and PowerSGD at ranks 1, 2 and 4. Runs of other variants made
+GradPart), key area and outliers, and PowerSGD at ranks 1, 2 and 4. ``--local`` runs both ranks
+on this machine, no cluster and no shaping (link label ``localhost``, no compression run too):
+the figures are steps and bytes to accuracy, without a link's time, in place of
+``benchmarks.simulate``, whose workers call ``compress`` in turn in one graph and so cannot sum
+the factors that PowerSGD and the key area allreduce inside it. Runs of other variants made
 into the same folder by hand (``python -m benchmarks.tta --results results/studies/spectral_ablation
 --methods NAME=...``) join the tables (docs/notes/gradpart.md says which).
 """
@@ -59,6 +64,7 @@ def main(argv=None):
     p.add_argument("--models", nargs="+", default=["mlp", "lenet5"])
     p.add_argument("--links", nargs="+", default=["20mbit"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--local", action="store_true", help="both ranks on this machine, no link (steps and bytes)")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--table-only", action="store_true", help="render the table from the runs done")
     args = p.parse_args(argv)
@@ -66,7 +72,8 @@ def main(argv=None):
     if not args.table_only:
         args.out.mkdir(parents=True, exist_ok=True)
         reuse_reference(args.models, args.links, args.seeds, args.out)
-        code = tta.main(["--models", *args.models, "--links", *args.links, "--seeds", *map(str, args.seeds),
+        where = ["--local"] if args.local else ["--links", *args.links]
+        code = tta.main(["--models", *args.models, *where, "--seeds", *map(str, args.seeds),
                          "--results", str(args.out), "--methods", *METHODS])
     args.out.with_suffix(".md").write_text(table(args.out))
     print(json.dumps({"table": str(args.out.with_suffix(".md"))}))
