@@ -18,10 +18,11 @@ Each step, per gradient (formulas and their derivation in docs/algorithm.md):
    log-linearly from the ceiling to ``density_floor`` (a dense start, as
    DGC's warm-up), so short runs and adaptive optimizers are not starved
    while the predictions settle;
-5. spectral key area (``hvd_gradpart.spectral``): a matrix-shaped gradient
-   also sends its leading directions as warm factors through the allreduce,
-   as many as pay against the coordinates' energy per byte; the steps above
-   then pick the outliers of what the factors leave;
+5. spectral key area (``hvd_gradpart.spectral``; a research setting, off
+   by default): a matrix-shaped gradient also sends its leading directions
+   as warm factors through the allreduce, as many as pay against the
+   coordinates' energy per byte; the steps above then pick the outliers of
+   what the factors leave;
 6. follow the link (``hvd_gradpart.budget``): one shared price, in nats,
    joins every area's position cost, so the step sends what pays for itself
    in progress per second on the measured link; when a dense allreduce of
@@ -34,8 +35,8 @@ from hvd_gradpart import entropy, exchange, partition, spectral, stats
 from hvd_gradpart.compressors import topk
 from hvd_gradpart.compressors.base import assert_finite
 from hvd_gradpart.compressors.linked import LinkAwareCompressor
-from hvd_gradpart.memory import creating_slot_variables
 from hvd_gradpart.compressors.research import GradPartResearch
+from hvd_gradpart.memory import creating_slot_variables
 
 _SCALAR = lambda value: (lambda n, dtype: tf.constant(value, tf.float64))
 
