@@ -20,11 +20,12 @@ step's width is the number of directions that pay, one more when all pay and the
 measured so far is flat (its effective rank ``exp(H)``, ``H`` the entropy of the directions'
 energy shares, within half a direction of the width: more directions of like energy likely
 follow), at most ``max_rank``. Once a direction stopped paying, the width grows past the
-last that held only every ``TRIAL_EVERY`` steps (no width flickers step by step). Over the first
-``TRIAL_EVERY`` steps, while ``Q`` warms from its random start, the width stays at least one;
-after them, a tensor none of whose directions pays (a convolution kernel that is not low rank) goes back to
-coordinates alone and tries one direction again every ``TRIAL_EVERY`` steps. Everything that
-decides the width is summed over ranks, so every rank takes the same width, and the same collectives, each step.
+last that held only every ``TRIAL_EVERY`` steps (no width flickers step by step). Over the
+first ``TRIAL_EVERY`` steps, while ``Q`` warms from its random start, the width stays at least
+one; after them, a tensor none of whose directions pays (a convolution kernel that is not low
+rank) goes back to coordinates alone and tries one direction again every ``TRIAL_EVERY``
+steps. Everything that decides the width is summed over ranks, so every rank takes the same
+width, and the same collectives, each step.
 """
 from typing import NamedTuple
 

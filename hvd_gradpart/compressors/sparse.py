@@ -269,11 +269,12 @@ class SparseCompressor(BaseCompressor):
         sent = exchange.sent_bytes(encoded.payload, opens_group)
         metrics.record(view.metrics, elements=n, dense_bytes=n * grad.dtype.size, sent_elements=0, sent_bytes=sent,
                        wire_format=encoded.format)
+        kept = view.residual + grad
         zero = tf.constant(0.0, tf.float64)
         as64 = lambda x: tf.cast(x, tf.float64)
-        counts = tf.stack([as64(sent), zero, zero, tf.reduce_sum(tf.square(as64(view.residual + grad))), zero,
+        counts = tf.stack([as64(sent), zero, zero, tf.reduce_sum(tf.square(as64(kept))), zero,
                            tf.constant(float("inf"), tf.float64)])
-        return encoded.payload, counts, view.residual + grad
+        return encoded.payload, counts, kept
 
     @tf.function(autograph=False, experimental_attributes={"_noinline": True})
     def _shared_sparse(self, view, grad, header, opens_group):

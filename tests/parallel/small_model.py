@@ -1,5 +1,6 @@
 """The small dense Keras model that the compressor checks train under horovodrun."""
 import horovod.tensorflow as hvd
+import horovod.tensorflow.keras as hvdk
 import numpy as np
 import tensorflow as tf
 
@@ -32,8 +33,6 @@ def train_tape(compression, steps, num_groups=0):
 def fit_keras(compression, steps, epochs=2):
     """Weights after Keras ``model.fit`` with ``horovod.tensorflow.keras.DistributedOptimizer``
     over ``steps`` batches, ``epochs`` times."""
-    import horovod.tensorflow.keras as hvdk
-
     model = make_model()
     model.compile(optimizer=hvdk.DistributedOptimizer(tf.keras.optimizers.SGD(0.1), compression=compression),
                   loss=LOSS)
