@@ -28,7 +28,10 @@ selection times the marker it is handed over ``hvd.size() = 1``; handing it ``1 
 gives the selection times ``1 / W``, and the sum over workers is what every rank
 applies. Tensors the compressor leaves dense come back untouched and are averaged
 directly, as Horovod's allreduce would. One optimizer applies the result: the ranks'
-optimizers are bit-identical copies. What is not simulated: wall-clock time on a link
+optimizers are bit-identical copies. A method whose ``compress`` sums over ranks itself
+(``sums_in_compress``: PowerSGD, GradPart's spectral key area) cannot be simulated so and is
+refused; ``benchmarks.tta --local`` runs it on two real ranks without a link. What is not
+simulated: wall-clock time on a link
 (``--out``'s ``train_s`` is this process's compute) and fp rounding order of a real
 allreduce.
 
@@ -147,6 +150,18 @@ def trace_rows(compressor, grads, step):
                      "std_fresh": float(tf.math.reduce_std(tf.cast(g, tf.float64))),
                      "abs_max_fresh": float(tf.reduce_max(tf.abs(g)))})
     return rows
+
+
+def check_simulable(runs, model_name, workers):
+    """Refuses (``SystemExit``, saying what to run instead) a run whose compressor sums over
+    ranks inside ``compress``: one process cannot simulate its workers."""
+    for name, compressor_name, options in runs:
+        compressor = methods.build(compressor_name, options)
+        if workers > 1 and getattr(compressor, "sums_in_compress", lambda: False)():
+            raise SystemExit(f"simulate: {name} sums over ranks inside compress (PowerSGD's factors, GradPart's "
+                             "spectral key area), which one process cannot simulate; run it on two real ranks "
+                             f"without a link instead: python -m benchmarks.tta --local --models {model_name} "
+                             "--methods ...")
 
 
 def run_one(model_name, name, compressor_name, options, seed, epochs, workers, out, trace, trace_steps,
@@ -278,6 +293,7 @@ def main(argv=None):
     hvd.init()
     if hvd.size() != 1:
         p.error("run in one process (no horovodrun): the workers are simulated")
+    check_simulable(args.runs, args.model, args.workers)
     for seed in (int(s) for s in args.seeds.split(",")):
         for name, compressor, options in args.runs:
             run_one(args.model, name, compressor, options, seed, args.epochs, args.workers,

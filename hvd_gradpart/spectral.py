@@ -15,7 +15,10 @@ of the ranks' accumulated values (summed over ranks with ``Q``), is weighed agai
 same bytes would carry as coordinates: direction ``j`` pays when it takes at least the energy
 of the ``j``-th run of largest accumulated values that its factors' bytes would buy as sparse
 values (``value_bytes`` each plus ``POSITION_BYTES`` for its position), estimated on each rank
-from a strided sample of ``SAMPLE`` values and summed over ranks with ``P``. The next
+from a strided sample of ``SAMPLE`` values and summed over ranks with ``P``; and a run is
+worth at least those values at the least one the sparse area sent last step at the link
+budget's price (``marginal``), so a direction whose coordinates would not travel still pays
+for its link time as a sent value must (``hvd_gradpart.budget``). The next
 step's width is the number of directions that pay, one more when all pay and the spectrum
 measured so far is flat (its effective rank ``exp(H)``, ``H`` the entropy of the directions'
 energy shares, within half a direction of the width: more directions of like energy likely
@@ -46,6 +49,7 @@ class Split(NamedTuple):
     residual: tf.Tensor  # the residual's part in the sparse area: with ``grad``, what the sparse area may send
     total: tf.Tensor     # the key area's sum over ranks (flat; zeros when no direction went)
     width: tf.Tensor     # int32: the directions sent this step
+    energy: tf.Tensor    # float64: the energy this rank's key area took out of its accumulated values
 
 
 def matrix_shape(shape, max_rank):
@@ -113,11 +117,13 @@ class SpectralKey(tf.Module):
         self.cap = tf.Variable(max_rank, trainable=False, name="cap")
         self.steps = tf.Variable(tf.zeros([], tf.int64), trainable=False, name="steps")
 
-    def split(self, grad, residual, acc, outliers=True):
+    def split(self, grad, residual, acc, marginal, outliers=True):
         """This step's ``Split`` of the flat float32 ``grad`` and ``residual``.
 
         Args:
             acc: their sum, known finite.
+            marginal: float64: the least value the sparse area sent at the link's price,
+                squared (0: no price): the least worth of a value a direction's bytes buy.
             outliers: whether the sparse area sends on a step the key area does (else its
                 ``grad`` is zeros and its ``residual`` all the factors left).
         """
@@ -130,7 +136,8 @@ class SpectralKey(tf.Module):
         def spectral():
             acc_t = tf.reshape(acc, [self.fan_in, self.out])
             q = self.q[:, :width]
-            runs = tf.cast(coordinate_runs(acc, width, self.bought), tf.float32)[None]
+            runs = tf.maximum(coordinate_runs(acc, width, self.bought), self.bought * marginal)
+            runs = tf.cast(runs, tf.float32)[None]
             p = hvd.allreduce(tf.concat([tf.matmul(acc_t, q, transpose_a=True), runs], 0), op=hvd.Sum)
             coordinates = tf.cast(p[self.out], tf.float64)
             p = tf.linalg.qr(p[:self.out]).q
@@ -148,16 +155,18 @@ class SpectralKey(tf.Module):
             flat = lambda x: tf.reshape(x, [-1])
             kept = flat(acc_t - tf.matmul(mine, p, transpose_b=True))
             total = flat(tf.matmul(q_sum, p, transpose_b=True))
+            energy = tf.cast(tf.reduce_sum(taken), tf.float64)
             if not outliers:
-                return tf.zeros_like(kept), kept, total
+                return tf.zeros_like(kept), kept, total, energy
             grad_t = tf.reshape(grad, [self.fan_in, self.out])
             fresh = flat(grad_t - tf.matmul(tf.matmul(grad_t, p), p, transpose_b=True))
-            return fresh, kept - fresh, total
+            return fresh, kept - fresh, total, energy
 
         def coordinates():
-            return grad, residual, tf.zeros_like(grad)
+            return grad, residual, tf.zeros_like(grad), tf.zeros([], tf.float64)
 
-        return Split(*tf.cond(width > 0, spectral, coordinates), width)
+        fresh, kept, total, energy = tf.cond(width > 0, spectral, coordinates)
+        return Split(fresh, kept, total, width, energy)
 
     def sent_bytes(self, width):
         """The bytes this rank sent for the factors at ``width`` (float64)."""

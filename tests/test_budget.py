@@ -190,6 +190,14 @@ def test_a_rank_s_step_figures_come_from_every_gradient_s_stamps():
     assert f["log_worth"] == pytest.approx(worth)
 
 
+def test_a_gradient_that_sent_only_its_key_area_counts_in_the_progress_not_in_the_worth():
+    raw = [[10.00, 10.02, 10.05, 330.0, 100, 120, 1000, 50.0, 10.0, 0.2, 0.0],
+           [10.01, 10.03, 10.04, 0.0, 0, 0, 3000, 30.0, 24.0, float("inf"), 0.0]]  # quiet: the key area's 24
+    _, f = clock.step_figures(raw, last_began=9.95)
+    assert f["captured"] == pytest.approx((1000 * 0.2 + 3000 * 0.8) / 4000)
+    assert f["log_worth"] == pytest.approx(math.log(0.2 * 1000 / 50.0)) and f["capped"] == pytest.approx(1.2)
+
+
 def closed_loop(n, steps, bandwidth, seed=0):
     """The controller driving a stand-in for the entropy rule under error feedback (Laplace
     gradients, threshold exp(h) (log n + price), floor and 2 % ceiling guards) on a link of 4 ms

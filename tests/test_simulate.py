@@ -2,6 +2,7 @@
 compressors' selections (the marker handed to ``decompress`` scales each by 1/W)."""
 import horovod.tensorflow as hvd
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from benchmarks import simulate
@@ -30,3 +31,10 @@ def test_workers_apply_the_average_of_their_selections():
     for d, s in zip(dense, sparse):
         np.testing.assert_allclose(s, d, rtol=1e-5, atol=1e-7)
         assert np.abs(d).max() > 0
+
+
+def test_a_method_that_sums_inside_compress_is_refused_with_what_to_run():
+    simulate.check_simulable([("topk", "topk", {}), ("gradpart", "gradpart", {})], "mlp", 2)
+    for run in [("powersgd", "powersgd", {}), ("key", "gradpart", {"spectral": True})]:
+        with pytest.raises(SystemExit, match=r"cannot simulate.*benchmarks.tta --local --models mlp"):
+            simulate.check_simulable([run], "mlp", 2)

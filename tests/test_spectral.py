@@ -51,6 +51,22 @@ def test_coordinate_runs_match_the_sorted_values():
     np.testing.assert_allclose(got, [squares[:2000].sum(), squares[2000:4000].sum()], rtol=0.15)
 
 
+def test_a_direction_pays_for_its_link_time_at_the_sparse_area_s_least_value():
+    rs = np.random.RandomState(5)
+    g = tf.constant(np.outer(rs.randn(300), rs.randn(50)).astype(np.float32).ravel())
+    energy = float(tf.reduce_sum(tf.square(g)))
+
+    def last_width(marginal):  # after Q's warm-up and the first trial
+        key = spectral.SpectralKey(300, 50, 4, value_bytes=2, seed=0)
+        for _ in range(spectral.TRIAL_EVERY + 2):
+            width = key.split(g, tf.zeros_like(g), g, tf.constant(marginal(key), tf.float64)).width
+        return int(width)
+
+    assert last_width(lambda key: 0.0) >= 1  # rank one: its direction beats any coordinates
+    assert last_width(lambda key: 0.9 * energy / key.bought) >= 1  # and its bytes at that price
+    assert last_width(lambda key: 2.0 * energy / key.bought) == 0  # its bytes would carry more as values
+
+
 def eager_steps(comp, grads):
     """Compress and decompress each gradient eagerly; the outputs' sum."""
     return sum(comp.decompress(*comp.compress(tf.constant(g))).numpy() for g in grads)

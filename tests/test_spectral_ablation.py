@@ -30,7 +30,7 @@ def test_only_the_reference_runs_asked_for_are_reused_once(tmp_path):
 
 def test_every_variant_parses_as_the_matrix_reads_it():
     names = [tp.parse_method(m).name for m in study.METHODS]
-    assert names == ["gp-coords", "gp-key", "gp-both", "powersgd", "powersgd-r2", "powersgd-r4"]
+    assert names == ["gp-coords", "gp-key", "gp-both", "powersgd", "powersgd-r2", "powersgd-r4"] == study.NAMES
 
 
 def test_a_study_with_no_runs_has_its_heading_only(tmp_path):

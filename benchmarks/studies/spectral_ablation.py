@@ -3,6 +3,7 @@
     python -m benchmarks.studies.spectral_ablation [--models mlp lenet5] [--links 20mbit] [--seeds 0 1 2]
     python -m benchmarks.studies.spectral_ablation --local    # steps and bytes, no link
     python -m benchmarks.studies.spectral_ablation --table-only
+    python -m benchmarks.studies.spectral_ablation --links 100mbit --methods gp-key gp-both
 
 Runs ``benchmarks.tta`` (the two-node edge cluster, the shaped link, the matrix's stop rules;
 resumable) on ``METHODS`` into ``results/studies/spectral_ablation/``, reusing no compression's
@@ -31,6 +32,7 @@ OUT = Path("results/studies/spectral_ablation")
 METHODS = ("gp-coords=gradpart,spectral=false", "gp-key=gradpart,spectral=true,outliers=false",
            "gp-both=gradpart,spectral=true,outliers=true", "powersgd", "powersgd-r2=powersgd,rank=2",
            "powersgd-r4=powersgd,rank=4")
+NAMES = [tp.parse_method(m).name for m in METHODS]
 
 
 def reuse_reference(models, links, seeds, out, matrix=tp.RESULTS):
@@ -65,6 +67,7 @@ def main(argv=None):
     p.add_argument("--links", nargs="+", default=["20mbit"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--local", action="store_true", help="both ranks on this machine, no link (steps and bytes)")
+    p.add_argument("--methods", nargs="+", choices=NAMES, default=NAMES, help="the variants to run (default all)")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--table-only", action="store_true", help="render the table from the runs done")
     args = p.parse_args(argv)
@@ -74,7 +77,8 @@ def main(argv=None):
         reuse_reference(args.models, args.links, args.seeds, args.out)
         where = ["--local"] if args.local else ["--links", *args.links]
         code = tta.main(["--models", *args.models, *where, "--seeds", *map(str, args.seeds),
-                         "--results", str(args.out), "--methods", *METHODS])
+                         "--results", str(args.out), "--methods",
+                         *(m for m, name in zip(METHODS, NAMES) if name in args.methods)])
     args.out.with_suffix(".md").write_text(table(args.out))
     print(json.dumps({"table": str(args.out.with_suffix(".md"))}))
     return code

@@ -29,8 +29,9 @@ STAMPS = 11  # a gradient's stamps: began, left, arrived, sent bytes, values, of
              # accumulated energy, sent energy, least sent value squared, dense
 FIGURES = len(clock.CARRIED)  # what the first marker carries (``clock.carried``)
 ARRIVED = 2
+LEAST = 9  # the least sent value squared
 
-__all__ = ["Budget", "Config", "DEFAULT", "FIGURES", "STAMPS"]
+__all__ = ["Budget", "Config", "DEFAULT", "FIGURES", "LEAST", "STAMPS"]
 
 
 class Budget(tf.Module):

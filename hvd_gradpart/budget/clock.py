@@ -25,15 +25,19 @@ def step_figures(raw, last_began):
         dense, sent_bytes, values, capped, elements, captured, log_worth}`` (``step_s`` 0 when
         unknown; ``compress_s`` the compress passes' time, summed over gradients; ``capped``
         the values offered over those sent, a geometric mean over gradients by size: the
-        ceiling holds for the bulk of the gradient when it is well above 1).
+        ceiling holds for the bulk of the gradient when it is well above 1; ``captured`` the
+        share of the accumulated energy sent, by size over the sparse gradients, one that sent
+        nothing at its share; ``log_worth`` the least sent value's, over those that sent).
     """
     began = min(r[0] for r in raw)
     link_s = max(0.0, max(r[2] for r in raw) - max(r[1] for r in raw))
     total = lambda i: sum(r[i] for r in raw)
     elements = total(6)
-    energetic = [r for r in raw if r[7] > 0.0 and r[4] > 0.0 and r[10] < 0.5]
+    progressing = [r for r in raw if r[7] > 0.0 and r[10] < 0.5]
+    energetic = [r for r in progressing if r[4] > 0.0]
+    share = sum(r[6] for r in progressing)
+    captured = sum(r[6] * min(r[8] / r[7], 1.0) for r in progressing) / share if share else 0.0
     weight = sum(r[6] for r in energetic)
-    captured = sum(r[6] * min(r[8] / r[7], 1.0) for r in energetic) / weight if weight else 0.0
     log_worth = (sum(r[6] * math.log(max(r[9] * r[6] / r[7], 1e-30)) for r in energetic) / weight
                  if weight else 0.0)
     capped = math.exp(sum(r[6] * math.log(max(r[5], r[4]) / r[4]) for r in energetic) / weight) if weight else 1.0

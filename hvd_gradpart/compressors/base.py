@@ -113,6 +113,11 @@ class BaseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
             options["research"] = dataclasses.replace(options.get("research", cls.RESEARCH()), **research)
         return cls(**options)
 
+    def sums_in_compress(self):
+        """Whether ``compress`` itself sums over ranks (collectives of its own beside the
+        exchange), so that only real ranks can run it."""
+        return False
+
     @classmethod
     def instance(cls):
         """The default-configured instance used when the class itself is passed."""

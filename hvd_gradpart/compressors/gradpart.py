@@ -21,8 +21,8 @@ Each step, per gradient (formulas and their derivation in docs/algorithm.md):
 5. spectral key area (``hvd_gradpart.spectral``; a research setting, off
    by default): a matrix-shaped gradient also sends its leading directions
    as warm factors through the allreduce, as many as pay against the
-   coordinates' energy per byte; the steps above then pick the outliers of
-   what the factors leave;
+   coordinates' energy per byte and the link's price; the steps above then
+   pick the outliers of what the factors leave;
 6. follow the link (``hvd_gradpart.budget``): one shared price, in nats,
    joins every area's position cost, so the step sends what pays for itself
    in progress per second on the measured link; when a dense allreduce of
@@ -82,6 +82,9 @@ class GradPartCompressor(LinkAwareCompressor):
     def state_spec(self):
         return {"mu": _SCALAR(0.0), "alpha": _SCALAR(1.0), "beta": _SCALAR(2.0), "steps": _SCALAR(0.0)}
 
+    def sums_in_compress(self):
+        return self.research.spectral
+
     def spectral_key(self, slot, tensor):
         """The ``spectral.SpectralKey`` of ``slot``'s float32 matrix-shaped gradient, made on first
         use; None for any other (or with ``research.spectral`` off)."""
@@ -101,7 +104,7 @@ class GradPartCompressor(LinkAwareCompressor):
         residual = slot.residual.value()
         acc = residual + grad
         with tf.control_dependencies([assert_finite(tf.reduce_all(tf.math.is_finite(acc)), what)]):
-            return key.split(grad, residual, tf.identity(acc), self.research.outliers)
+            return key.split(grad, residual, tf.identity(acc), self.least_sent(slot), self.research.outliers)
 
     def after_split(self, slot, split):
         if split is None:
@@ -118,9 +121,9 @@ class GradPartCompressor(LinkAwareCompressor):
 
     def slot_view(self, slot, grad, what="the gradient", split=None):
         view = super().slot_view(slot, grad, what, split)
-        if split is None or self.research.outliers:
+        if split is None:
             return view
-        return view._replace(quiet=split.width > 0)
+        return view._replace(key_energy=split.energy, quiet=None if self.research.outliers else split.width > 0)
 
     @tf.function(jit_compile=True, reduce_retracing=True, autograph=False)
     def plan(self, sample, valid, previous, steps, n, price):

@@ -5,7 +5,8 @@ value for the step's mode: sparse (the selection rule, with the budget's price a
 position costs) or dense (the gradient, with ``config.drain`` of its residual flushed in,
 handed to Horovod's allreduce with its marker). The first gradient's marker also carries
 this rank's figures of the last step, and its ``decompress`` keeps what came back (the
-means over ranks). A gradient that sends nothing but a spectral key area this step (``quiet``)
+means over ranks). A spectral key area's energy counts in the progress the step made (its
+factors' link time, inside ``compress``, in the step's own work). A gradient that sends nothing but a spectral key area this step (``quiet``)
 skips the gather (when every payload of the group does) and the decoding. Each gradient stamps
 its own times and counts. Nothing here writes a variable that another gradient's branch touches.
 """
@@ -14,7 +15,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from hvd_gradpart import branch, exchange, metrics
-from hvd_gradpart.budget import FIGURES, Budget
+from hvd_gradpart.budget import FIGURES, LEAST, Budget
 from hvd_gradpart.compressors.base import Context, _OnDefaultInstance, elements
 from hvd_gradpart.compressors.sparse import SparseCompressor, view_grad
 from hvd_gradpart.memory import called_at_call_time, function_graph
@@ -67,6 +68,16 @@ class LinkAwareCompressor(SparseCompressor):
         budget = self.link_budget(slot)
         return budget.now()[1] if budget is not None else tf.constant(0.0, tf.float64)
 
+    def least_sent(self, slot):
+        """The least value ``slot``'s gradient sent on its last step, squared (float64): the
+        marginal value at the link's price; 0 when not following the link, before a step,
+        after a dense one or one that sent no value."""
+        budget = self.link_budget(slot)
+        if budget is None:
+            return tf.constant(0.0, tf.float64)
+        least = budget.stamps_of(slot.key)[LEAST]
+        return tf.where(tf.math.is_finite(least), least, 0.0)
+
     def _compress(self, tensor):
         """As ``SparseCompressor._compress``, or the gradient itself on a dense step."""
         graph = function_graph()
@@ -108,6 +119,8 @@ class LinkAwareCompressor(SparseCompressor):
             return tf.zeros([0], grad.dtype), payload, counts, residual
 
         values, payload, counts, residual = branch.cond(dense, lambda: self._dense(view, grad, drain), sparse)
+        if view.key_energy is not None:  # a key area's energy accumulated and travelled beside the sparse area's
+            counts = counts + tf.pad(tf.stack([view.key_energy] * 2), [[3, 1]])
         values = Budget.left(stamps, began, values, counts, dense, elements(grad))
         return values, payload, residual
 

@@ -63,6 +63,9 @@ class PowerSGDCompressor(BaseCompressor):
         self.rank, self.warmup_steps, self.seed = rank, warmup_steps, seed
         self.min_compression_rate = float(min_compression_rate)
 
+    def sums_in_compress(self):
+        return True
+
     def view(self, tensor):
         """``(fan_in, out, r)`` when ``tensor`` is compressed (module doc), else None."""
         if not self.sparsifies(tensor) or tensor.shape.rank < 2:

@@ -41,6 +41,7 @@ class SlotView(NamedTuple):
     price: tf.Tensor       # float64: the link's price of a sent value, nats (0 when not priced)
     what: tf.Tensor        # tf.string: the gradient, as errors name it
     quiet: tf.Tensor = None  # bool: send nothing this step, keep it all (None: never)
+    key_energy: tf.Tensor = None  # float64: what a spectral key area sent of its energy (None: none)
 
 
 class Described(NamedTuple):
