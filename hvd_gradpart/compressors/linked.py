@@ -6,9 +6,10 @@ position costs) or dense (the gradient, with ``config.drain`` of its residual fl
 handed to Horovod's allreduce with its marker). The first gradient's marker also carries
 this rank's figures of the last step, and its ``decompress`` keeps what came back (the
 means over ranks). A spectral key area's energy counts in the progress the step made (its
-factors' link time, inside ``compress``, in the step's own work). A gradient that sends nothing but a spectral key area this step (``quiet``)
-skips the gather (when every payload of the group does) and the decoding. Each gradient stamps
-its own times and counts. Nothing here writes a variable that another gradient's branch touches.
+factors' link time, inside ``compress``, in the step's own work); a gradient that sends
+nothing but its key area this step (``quiet``) skips the gather (when every payload of the
+group does) and the decoding. Each gradient stamps its own times and counts. Nothing here
+writes a variable that another gradient's branch touches.
 """
 from typing import NamedTuple
 
