@@ -30,8 +30,8 @@ class GradPartResearch:
     entropy: bool = True           # False: send the fixed tail fraction fixed_density, not the entropy rule
     predict: bool = True           # False: each step's own fit, no EMA over steps
     spectral: bool = False         # True: matrix-shaped gradients also get a key area in their own basis
-                                   # (hvd_gradpart.spectral); off by default: it cut steps on an MLP but
-                                   # lost time on LeNet-5 (docs/notes/gradpart.md, "Spectral key area")
+                                   # (hvd_gradpart.spectral); off by default: it sped an MLP up at 20 Mbit/s
+                                   # only, and cost accuracy after 10 epochs (docs/notes/gradpart.md)
     outliers: bool = True          # False: a step that sends a spectral key area sends nothing else of
                                    # that tensor (the key area alone: adaptive-rank PowerSGD)
 

@@ -163,9 +163,8 @@ class SparseCompressor(BaseCompressor):
         """``SlotView`` of ``slot`` for a step on the flat ``grad``, or on ``split``'s sparse part."""
         slot.metrics.declare(metrics.COUNTERS + ("wire_format",) + self.DIAGNOSTICS)
         residual = slot.residual.value() if split is None else split.residual
-        grad = grad if split is None else split.grad
-        return SlotView(residual, dict(slot.state), self.inputs(slot, grad), dict(slot.metrics.values),
-                        self.price(slot), self.unfolded(what))
+        return SlotView(residual, dict(slot.state), self.inputs(slot, view_grad(grad, split)),
+                        dict(slot.metrics.values), self.price(slot), self.unfolded(what))
 
     def opens_group(self):
         """Whether the payload queued next opens its graph's group, as a shared step takes it."""
@@ -220,8 +219,7 @@ class SparseCompressor(BaseCompressor):
         slot.residual.assign(residual, read_value=False)
         self.after_split(slot, split)
         ticket = exchange.enqueue(payload, described.header, described.what)
-        return exchange.marker(), Context(ticket, tensor, described.mismatch, self.value_encoding,
-                                          None if split is None else split.total)
+        return exchange.marker(), Context(ticket, tensor, described.mismatch, self.value_encoding, key_total(split))
 
     def describe(self, tensor, slot):
         """``Described`` of a sparsified gradient in ``slot``."""
@@ -286,3 +284,8 @@ class SparseCompressor(BaseCompressor):
 def view_grad(grad, split):
     """The flat gradient the sparse area's step takes: ``grad``, or ``split``'s sparse part."""
     return grad if split is None else split.grad
+
+
+def key_total(split):
+    """The key area's sum over ranks that ``decompress`` adds (``Context.key``), or None."""
+    return None if split is None else split.total
