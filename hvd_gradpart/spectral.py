@@ -28,7 +28,11 @@ first ``TRIAL_EVERY`` steps, while ``Q`` warms from its random start, the width 
 one; after them, a tensor none of whose directions pays (a convolution kernel that is not low
 rank) goes back to coordinates alone and tries one direction again every ``TRIAL_EVERY``
 steps. Everything that decides the width is summed over ranks, so every rank takes the same
-width, and the same collectives, each step.
+width, and the same collectives, each step. When a rank's accumulated values hold NaN or Inf
+(an overflow under mixed precision) the sums are not finite on every rank: the key area's sum
+is handed on as it is (not finite, so the step is skipped everywhere), ``Q``, the width and
+its cap stay as they were, and the whole gradient goes to the sparse area, which keeps its
+residual where it is not finite.
 """
 from typing import NamedTuple
 
@@ -121,7 +125,7 @@ class SpectralKey(tf.Module):
         """This step's ``Split`` of the flat float32 ``grad`` and ``residual``.
 
         Args:
-            acc: their sum, known finite.
+            acc: their sum.
             marginal: float64: the least value the sparse area sent at the link's price,
                 squared (0: no price): the least worth of a value a direction's bytes buy.
             outliers: whether the sparse area sends on a step the key area does (else its
@@ -144,29 +148,38 @@ class SpectralKey(tf.Module):
             mine = tf.matmul(acc_t, p)
             taken = tf.reduce_sum(tf.square(mine), 0, keepdims=True)
             q_sum = hvd.allreduce(tf.concat([mine, taken], 0), op=hvd.Sum)
+            finite = tf.reduce_all(tf.math.is_finite(p)) & tf.reduce_all(tf.math.is_finite(q_sum))
             energies, q_sum = tf.cast(q_sum[self.fan_in], tf.float64), q_sum[:self.fan_in]
-            order = tf.argsort(energies, direction="DESCENDING")
-            width_next, cap = next_width(tf.gather(energies, order), coordinates, width, self.cap)
-            self.width.assign(tf.maximum(width_next, warming), read_value=False)
-            self.cap.assign(cap, read_value=False)
-            ranks = tf.cast(exchange.world_size(), tf.float32)
-            self.q.assign(tf.concat([tf.gather(q_sum, order, axis=1) / ranks, self.q[:, width:]], 1),
-                          read_value=False)
             flat = lambda x: tf.reshape(x, [-1])
-            kept = flat(acc_t - tf.matmul(mine, p, transpose_b=True))
             total = flat(tf.matmul(q_sum, p, transpose_b=True))
-            energy = tf.cast(tf.reduce_sum(taken), tf.float64)
-            if not outliers:
-                return tf.zeros_like(kept), kept, total, energy
-            grad_t = tf.reshape(grad, [self.fan_in, self.out])
-            fresh = flat(grad_t - tf.matmul(tf.matmul(grad_t, p), p, transpose_b=True))
-            return fresh, kept - fresh, total, energy
+            return tf.cond(finite, lambda: self._taken(grad, acc_t, p, mine, q_sum, energies, coordinates,
+                                                       width, warming, total, outliers),
+                           lambda: (grad, residual, total, tf.zeros([], tf.float64), tf.zeros([], tf.int32)))
 
         def coordinates():
-            return grad, residual, tf.zeros_like(grad), tf.zeros([], tf.float64)
+            return grad, residual, tf.zeros_like(grad), tf.zeros([], tf.float64), width
 
-        fresh, kept, total, energy = tf.cond(width > 0, spectral, coordinates)
-        return Split(fresh, kept, total, width, energy)
+        fresh, kept, total, energy, sent = tf.cond(width > 0, spectral, coordinates)
+        return Split(fresh, kept, total, sent, energy)
+
+    def _taken(self, grad, acc_t, p, mine, q_sum, energies, coordinates, width, warming, total, outliers):
+        """``split``'s parts once the factors' sums are finite: stores the next ``Q``, width and
+        cap; returns the sparse area's gradient and residual, ``total``, the energy taken and
+        ``width``."""
+        order = tf.argsort(energies, direction="DESCENDING")
+        width_next, cap = next_width(tf.gather(energies, order), coordinates, width, self.cap)
+        self.width.assign(tf.maximum(width_next, warming), read_value=False)
+        self.cap.assign(cap, read_value=False)
+        ranks = tf.cast(exchange.world_size(), tf.float32)
+        self.q.assign(tf.concat([tf.gather(q_sum, order, axis=1) / ranks, self.q[:, width:]], 1), read_value=False)
+        flat = lambda x: tf.reshape(x, [-1])
+        kept = flat(acc_t - tf.matmul(mine, p, transpose_b=True))
+        energy = tf.cast(tf.reduce_sum(tf.square(mine)), tf.float64)
+        if not outliers:
+            return tf.zeros_like(kept), kept, total, energy, width
+        grad_t = tf.reshape(grad, [self.fan_in, self.out])
+        fresh = flat(grad_t - tf.matmul(tf.matmul(grad_t, p), p, transpose_b=True))
+        return fresh, kept - fresh, total, energy, width
 
     def sent_bytes(self, width):
         """The bytes this rank sent for the factors at ``width`` (float64)."""

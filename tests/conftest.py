@@ -30,6 +30,7 @@ CLUSTER_LOCK_WAIT_S = 1800
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cluster: needs root and network namespaces (the edge cluster)")
+    config.addinivalue_line("markers", "slow: left out of the fast tier (`make test`); `make test-all` runs it")
 
 
 def _lock_holders(fd):

@@ -5,7 +5,7 @@ import statistics
 import numpy as np
 import pytest
 
-from hvd_gradpart.budget import DEFAULT, clock, controller
+from hvd_gradpart.budget import DEFAULT, Budget, clock, controller
 from hvd_gradpart.budget.bandwidth import value_s
 
 VALUE_BYTES = 3.3  # bytes a sent value costs on the wire at 0.3-3 %, all counted
@@ -169,7 +169,7 @@ def test_an_evaluation_pause_does_not_swing_the_step_time():
 def test_the_link_time_is_the_last_rank_s_not_the_wait_of_the_first():
     # rank 0 reached the collective 45 ms early (its peer computed longer): link 50 ms and 5 ms
     ranks = [clock.carried(7, {"step_s": 0.07, "link_s": link, "compress_s": 0.01, "dense": 0.0, "sent_bytes": 1.0, "values": 1.0,
-                               "capped": 1.0, "elements": 10.0, "captured": 0.5, "log_worth": 1.0})
+                               "capped": 1.0, "elements": 10.0, "captured": 0.5, "log_worth": 1.0, "trained": 1.0})
              for link in (0.05, 0.005)]
     means = np.mean(np.array(ranks), axis=0).tolist()
     shared = clock.shared_figures(means)
@@ -196,6 +196,27 @@ def test_a_gradient_that_sent_only_its_key_area_counts_in_the_progress_not_in_th
     _, f = clock.step_figures(raw, last_began=9.95)
     assert f["captured"] == pytest.approx((1000 * 0.2 + 3000 * 0.8) / 4000)
     assert f["log_worth"] == pytest.approx(math.log(0.2 * 1000 / 50.0)) and f["capped"] == pytest.approx(1.2)
+
+
+def test_a_step_with_a_gradient_not_finite_is_carried_as_not_valid():
+    # rank 1's second gradient overflowed: it sent one NaN, its accumulated energy is Inf
+    raw = [[10.00, 10.02, 10.05, 330.0, 100, 120, 1000, 50.0, 10.0, 0.2, 0.0],
+           [10.01, 10.03, 10.04, 17.0, 0, 0, 3000, float("inf"), 0.0, float("inf"), 0.0]]
+    _, f = clock.step_figures(raw, last_began=9.95)
+    assert f["trained"] == 0.0 and f["step_s"] == pytest.approx(0.05)
+    assert clock.carried(3, f)[0] == 0.0
+    _, f = clock.step_figures(raw[:1], last_began=9.95)
+    assert f["trained"] == 1.0 and clock.carried(3, f)[0] == 1.0
+
+
+@pytest.mark.parametrize("valid, folded", [(1.0, True), (0.5, False)])
+def test_the_controller_folds_a_step_only_when_every_rank_carried_it_valid(valid, folded):
+    budget = Budget()
+    means = dict(zip(clock.CARRIED, [0.0] * len(clock.CARRIED)), valid=valid, step_id=5.0, step_s=0.05,
+                 elements=1000.0, values=10.0, capped=1.0)  # 0.5: one rank of two skipped the step
+    budget.shared.assign([means[name] for name in clock.CARRIED])
+    budget._at_call()  # noqa: SLF001  (what runs before each call of the traced step)
+    assert controller.State.of(budget.state.numpy()).step_id == (5 if folded else 0)
 
 
 def closed_loop(n, steps, bandwidth, seed=0):

@@ -134,20 +134,20 @@ def test_class_default_instance_and_registry():
     assert comp.settings()["rank"] == 4
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf])
-def test_nan_or_inf_is_a_clear_error_and_the_state_is_kept(bad):
-    comp = PowerSGDCompressor(warmup_steps=0)
+@pytest.mark.parametrize("warmup_steps", [0, 5])
+def test_nan_gives_a_sum_not_finite_and_keeps_the_state(warmup_steps):
+    comp = PowerSGDCompressor(warmup_steps=warmup_steps)
     run = tf.function(lambda t: comp.decompress(*comp.compress(t)))
     good = low_rank((64, 32), 2)
     run(tf.constant(good))
     slot = next(iter(comp.memory.slots.values()))
     kept = [v.numpy().copy() for v in (slot.residual, slot.state["q"], slot.state["step"])]
-    good[3, 7] = bad
-    named = r"gradient _lambda_/0 \(float32\(64, 32\)\) holds NaN or Inf"
-    with pytest.raises(tf.errors.InvalidArgumentError, match=named):
-        run(tf.constant(good))
+    bad = good.copy()
+    bad[3, 7] = np.nan
+    assert not np.isfinite(run(tf.constant(bad)).numpy()).all()
     for before, v in zip(kept, (slot.residual, slot.state["q"], slot.state["step"])):
         np.testing.assert_array_equal(v.numpy(), before)
+    assert np.isfinite(run(tf.constant(good)).numpy()).all()
 
 
 @pytest.mark.parametrize("kwargs, argument", [

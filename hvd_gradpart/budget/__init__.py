@@ -14,7 +14,9 @@ graph reads of the budget (mode, price, the figures the first marker carries) is
 value computed at call time, before the step runs (``capture_call_time_value``): this
 rank's figures of the last step from every stamp, and the controller's update from the
 shared figures of the step before. Every rank folds the same shared figures, so every
-rank takes the same mode on the same step. Outside a traced function nothing is measured.
+rank takes the same mode on the same step; a step some rank did not carry valid figures of
+(its time unknown, or a gradient that was not finite: a step the optimizer skipped) is not
+folded. Outside a traced function nothing is measured.
 """
 import weakref
 
@@ -30,6 +32,7 @@ STAMPS = 11  # a gradient's stamps: began, left, arrived, sent bytes, values, of
 FIGURES = len(clock.CARRIED)  # what the first marker carries (``clock.carried``)
 ARRIVED = 2
 LEAST = 9  # the least sent value squared
+ALL_VALID = 0.999  # the mean over ranks of the carried "valid" flags when every rank's is 1
 
 __all__ = ["Budget", "Config", "DEFAULT", "FIGURES", "LEAST", "STAMPS"]
 
@@ -93,7 +96,7 @@ class Budget(tf.Module):
                     figures = np.array(clock.carried(self._step, f))
         state = controller.State.of(self.state.numpy())
         shared = self.shared.numpy()
-        if shared[0] > 0.5 and shared[1] > state.step_id:
+        if shared[0] > ALL_VALID and shared[1] > state.step_id:
             state = controller.update(state, clock.shared_figures(shared.tolist()), self.config)
             self.state.assign(state.vector())
         return tf.constant([state.dense, state.price, *figures], tf.float64)

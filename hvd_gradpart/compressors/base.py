@@ -217,14 +217,6 @@ class BaseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
         return tf.reshape(total, ctx.original.shape)
 
 
-def assert_finite(ok, what):
-    """The op that fails, naming ``what`` (a string or string tensor), unless ``ok``: the
-    accumulated values are finite."""
-    return tf.debugging.Assert(ok, [tf.strings.join([
-        "hvd_gradpart: ", what, " holds NaN or Inf (or overflows when added to its residual); "
-        "its residual was left unchanged. Lower the learning rate or clip gradients"])])
-
-
 def elements(tensor):
     """The number of elements of ``tensor``: an int where its shape says, else an int32 tensor."""
     n = tensor.shape.num_elements()

@@ -33,7 +33,6 @@ import tensorflow as tf
 
 from hvd_gradpart import entropy, exchange, partition, spectral, stats
 from hvd_gradpart.compressors import topk
-from hvd_gradpart.compressors.base import assert_finite
 from hvd_gradpart.compressors.linked import LinkAwareCompressor
 from hvd_gradpart.compressors.research import GradPartResearch
 from hvd_gradpart.memory import creating_slot_variables
@@ -97,14 +96,12 @@ class GradPartCompressor(LinkAwareCompressor):
                 self.keys[slot.key] = spectral.SpectralKey(*shape, self.research.max_rank, value_bytes, seed=0)
         return self.keys[slot.key]
 
-    def split(self, slot, tensor, grad, what):
+    def split(self, slot, tensor, grad):
         key = self.spectral_key(slot, tensor)
         if key is None:
             return None
         residual = slot.residual.value()
-        acc = residual + grad
-        with tf.control_dependencies([assert_finite(tf.reduce_all(tf.math.is_finite(acc)), what)]):
-            return key.split(grad, residual, tf.identity(acc), self.least_sent(slot), self.research.outliers)
+        return key.split(grad, residual, residual + grad, self.least_sent(slot), self.research.outliers)
 
     def after_split(self, slot, split):
         if split is None:

@@ -92,7 +92,7 @@ class LinkAwareCompressor(SparseCompressor):
         grad = tf.reshape(tensor, [-1])
         with tf.control_dependencies([grad]):
             began = tf.timestamp()
-        split = self.split(slot, tensor, grad, described.what)
+        split = self.split(slot, tensor, grad)
         tail = exchange.marker()
         if first:
             tail = tf.concat([tail, tf.cast(now[2:], exchange.MARKER_DTYPE)], 0)

@@ -21,7 +21,10 @@ do), and the mean ``Q`` starts the next step. Horovod's own allreduce runs on
 tensors below ``min_elements`` and matrices that ``P`` and ``Q`` would not
 shrink ``min_compression_rate`` times go dense; for the first
 ``warmup_steps`` steps every matrix also goes dense, through its own
-allreduce of ``M``, and its residual stays empty.
+allreduce of ``M``, and its residual stays empty. When a rank's ``M`` holds
+NaN or Inf (an overflow under mixed precision), the sums are not finite on
+every rank and are handed on as they are, as Horovod's dense sum would be;
+every rank then keeps its residual, ``Q`` and step count as they were.
 """
 from typing import NamedTuple
 
@@ -29,7 +32,7 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 
 from hvd_gradpart import exchange
-from hvd_gradpart.compressors.base import BaseCompressor, _OnDefaultInstance, assert_finite
+from hvd_gradpart.compressors.base import BaseCompressor, _OnDefaultInstance
 
 
 class Reduced(NamedTuple):
@@ -94,18 +97,21 @@ class PowerSGDCompressor(BaseCompressor):
         slot = self.memory.slot(tensor, {
             "q": lambda n, _: tf.random.stateless_normal([fan_in, r], start, dtype=dtype),
             "step": lambda n, _: tf.constant(0, tf.int64)})
-        acc = _accumulated(slot, tf.reshape(tensor, [-1]), f"gradient {slot.key} ({tensor.dtype.name}{tensor.shape})")
-        m_t, q = tf.reshape(tf.cast(acc, dtype), [fan_in, out]), slot.state["q"].value()
+        residual, kept_q = slot.residual.value(), slot.state["q"].value()
+        acc = residual + tf.reshape(tensor, [-1])
+        m_t = tf.reshape(tf.cast(acc, dtype), [fan_in, out])
         if self.warmup_steps:
             dense = slot.state["step"] < self.warmup_steps
-            total, delivered, q = tf.cond(dense, lambda: (hvd.allreduce(m_t, op=hvd.Sum), m_t, q),
-                                          lambda: power_step(m_t, q))
+            total, delivered, q = tf.cond(dense, lambda: (hvd.allreduce(m_t, op=hvd.Sum), m_t, kept_q),
+                                          lambda: power_step(m_t, kept_q))
         else:
-            dense, (total, delivered, q) = False, power_step(m_t, q)
-        slot.residual.assign(acc - tf.cast(tf.reshape(delivered, [-1]), acc.dtype), read_value=False)
+            dense, (total, delivered, q) = False, power_step(m_t, kept_q)
+        finite = tf.reduce_all(tf.math.is_finite(acc)) & tf.reduce_all(tf.math.is_finite(q))
+        residual, q = tf.cond(finite, lambda: (acc - tf.cast(tf.reshape(delivered, [-1]), acc.dtype), q),
+                              lambda: (residual, kept_q))
+        slot.residual.assign(residual, read_value=False)
         slot.state["q"].assign(q, read_value=False)
-        with tf.control_dependencies([acc]):  # only once the finite check passed
-            slot.state["step"].assign_add(1, read_value=False)
+        slot.state["step"].assign_add(tf.cast(finite, tf.int64), read_value=False)
         sent = tf.where(dense, fan_in * out, (fan_in + out) * r)
         _record(slot, tensor, sent, sent * dtype.size + exchange.MARKER_DTYPE.size, rank=r)
         return exchange.marker(), Reduced(total, tensor)
@@ -136,13 +142,6 @@ def power_step(m_t, q):
     total = tf.matmul(q_sum, p, transpose_b=True)
     ranks = tf.cast(exchange.world_size(), total.dtype)
     return total, total / ranks, q_sum / ranks
-
-
-def _accumulated(slot, grad, what):
-    """Error feedback: ``grad`` plus ``slot``'s residual, once known finite (else an error naming ``what``)."""
-    acc = slot.residual.value() + grad
-    with tf.control_dependencies([assert_finite(tf.reduce_all(tf.math.is_finite(acc)), what)]):
-        return tf.identity(acc)
 
 
 def _record(slot, tensor, sent_elements, sent_bytes, **diagnostics):

@@ -8,11 +8,16 @@ sample (or a compiled reduction), then one compiled pass (``_sweep``) reads
 the residual and the gradient once and writes the accumulated values ``acc``
 (by default ``r + g``), the method's next state and a byte mask of the
 method's elementwise ``mask`` and of every non-finite element (``fused``).
-Once the finite test passes ``select`` picks; the residual then becomes
+When ``acc`` is finite ``select`` picks; the residual then becomes
 ``acc`` less what was sent, by a scatter of ``k`` values into that same
 buffer, which the residual variable takes over without a copy. No sparse
 update ever touches a variable (one would put it in TensorFlow's
 copy-on-read mode, in which every later read and update copies it).
+When ``acc`` holds NaN or Inf (a loss scale that overflowed, under mixed
+precision) the step sends one NaN instead of a selection and stores
+nothing: every rank's decoded sum is then not finite, as Horovod's dense
+sum would be, so every rank's loss-scale optimizer skips the same step, and
+the residual and the method's state stay as they were (``_not_finite``).
 
 A subclass may ``split`` a gradient first: a key area sent another way (GradPart's spectral
 key area, through the allreduce) takes its share, and the sparse step runs on the rest, or, on
@@ -28,7 +33,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from hvd_gradpart import branch, exchange, fused, metrics
-from hvd_gradpart.compressors.base import BaseCompressor, Context, assert_finite, elements
+from hvd_gradpart.compressors.base import BaseCompressor, Context, elements
 
 
 class SlotView(NamedTuple):
@@ -149,7 +154,7 @@ class SparseCompressor(BaseCompressor):
         """The link's price of a sent value for ``slot`` (nats, float64): none here."""
         return tf.constant(0.0, tf.float64)
 
-    def split(self, slot, tensor, grad, what):
+    def split(self, slot, tensor, grad):
         """A ``spectral.Split`` of the flat ``grad`` whose sparse part this step sends, or None:
         the sparse area takes it all (the default)."""
         return None
@@ -179,26 +184,19 @@ class SparseCompressor(BaseCompressor):
         return acc, state, fused.mask_bytes(acc, self.mask(acc, grad, state, plan)), energy
 
     def run_sweep(self, view, grad):
-        """Accumulates, prepares and finds the candidates; the ``fused.Swept``
-        once the accumulated values are known finite (what ``compress`` hands
-        ``select``). Nothing is stored.
+        """Accumulates, prepares and finds the candidates: the ``fused.Swept`` that ``select``
+        gets once ``fused.finite`` holds. Nothing is stored.
 
         Args:
             view: the gradient's ``SlotView``.
             grad: its flat gradient.
-
-        Raises:
-            tf.errors.InvalidArgumentError: NaN or Inf, naming ``view.what``.
         """
         grad = self.transform(grad)
         residual, state = view.residual, view.inputs
         plan = self.prepare(residual, grad, state, view)
         sweep = fused.by_size(self._sweep, grad.shape.num_elements())
         acc, state, marked, energy = sweep(residual, grad, state, plan)
-        candidates = fused.compact(marked)
-        with tf.control_dependencies([assert_finite(fused.finite(acc, candidates), view.what)]):
-            gate = lambda x: tf.nest.map_structure(tf.identity, x)
-            return fused.Swept(gate(acc), gate(state), gate(candidates), plan, energy)
+        return fused.Swept(acc, state, fused.compact(marked), plan, energy)
 
     def _store(self, view, swept, indices, sent):
         """Error feedback: the next residual, ``acc`` less what was ``sent`` (in place: nothing
@@ -213,7 +211,7 @@ class SparseCompressor(BaseCompressor):
         slot = self.memory.slot(tensor, self.state_spec())
         described = self.describe(tensor, slot)
         grad = tf.reshape(tensor, [-1])
-        split = self.split(slot, tensor, grad, described.what)
+        split = self.split(slot, tensor, grad)
         view = self.slot_view(slot, grad, described.what, split)
         payload, _, residual = self._shared_sparse(view, view_grad(grad, split), described.header, self.opens_group())
         slot.residual.assign(residual, read_value=False)
@@ -232,7 +230,8 @@ class SparseCompressor(BaseCompressor):
     def _sparse(self, view, grad, header, opens_group):
         """Selects and records. Returns the payload to gather, float64 counts (bytes sent,
         values sent, values the rule offered before its guards, the accumulated values'
-        energy, the sent values' energy and the least sent value squared) and the next residual.
+        energy, the sent values' energy and the least sent value squared) and the next residual;
+        of accumulated values that hold NaN or Inf, ``_not_finite``'s.
 
         Args:
             view: the gradient's ``SlotView``.
@@ -243,8 +242,14 @@ class SparseCompressor(BaseCompressor):
         if view.quiet is not None:
             return branch.cond(view.quiet, lambda: self._nothing(view, grad, header, opens_group),
                                lambda: self._sparse(view._replace(quiet=None), grad, header, opens_group))
-        n = elements(grad)
         swept = self.run_sweep(view, grad)
+        return branch.cond(fused.finite(swept.acc, swept.candidates),
+                           lambda: self._send(view, grad, swept, header, opens_group),
+                           lambda: self._not_finite(view, grad, swept.energy, header, opens_group))
+
+    def _send(self, view, grad, swept, header, opens_group):
+        """``_sparse`` of finite accumulated values: selects, encodes, stores and records."""
+        n = elements(grad)
         indices, diagnostics = self.select(swept, grad, view)
         values = tf.gather(swept.acc, indices)
         encoded = exchange.encode(values, indices, n, self.value_encoding, header, ascending=True)
@@ -261,19 +266,31 @@ class SparseCompressor(BaseCompressor):
 
     def _nothing(self, view, grad, header, opens_group):
         """``_sparse``'s results when a step sends nothing: a payload of no values, the counts,
-        and the residual ``r + g`` (the caller checked it finite)."""
+        and the residual ``r + g``."""
+        kept = view.residual + grad
+        energy = tf.reduce_sum(tf.square(tf.cast(kept, tf.float64)))
+        payload, counts = self._unselected(view, grad, tf.zeros([0], grad.dtype), energy, header, opens_group)
+        return payload, counts, kept
+
+    def _not_finite(self, view, grad, energy, header, opens_group):
+        """``_sparse``'s results when the accumulated values hold NaN or Inf: a payload of one NaN
+        (every rank's decoded sum is then not finite), the counts (the accumulated energy, not
+        finite, marks a step that did not train: ``budget.clock``) and the residual as it was."""
+        nan = tf.fill([1], tf.constant(float("nan"), grad.dtype))
+        payload, counts = self._unselected(view, grad, nan, tf.cast(energy, tf.float64), header, opens_group)
+        return payload, counts, view.residual
+
+    def _unselected(self, view, grad, values, energy, header, opens_group):
+        """The payload of ``values`` at the first positions, sent in place of a selection, and
+        ``_sparse``'s counts of it (no value counted as sent); records the bytes."""
         n = elements(grad)
-        nothing = tf.zeros([0], grad.dtype)
-        encoded = exchange.encode(nothing, tf.zeros([0], tf.int32), n, self.value_encoding, header, ascending=True)
+        encoded = exchange.encode(values, tf.range(tf.size(values)), n, self.value_encoding, header, ascending=True)
         sent = exchange.sent_bytes(encoded.payload, opens_group)
         metrics.record(view.metrics, elements=n, dense_bytes=n * grad.dtype.size, sent_elements=0, sent_bytes=sent,
                        wire_format=encoded.format)
-        kept = view.residual + grad
         zero = tf.constant(0.0, tf.float64)
-        as64 = lambda x: tf.cast(x, tf.float64)
-        counts = tf.stack([as64(sent), zero, zero, tf.reduce_sum(tf.square(as64(kept))), zero,
-                           tf.constant(float("inf"), tf.float64)])
-        return encoded.payload, counts, kept
+        counts = tf.stack([tf.cast(sent, tf.float64), zero, zero, energy, zero, tf.constant(float("inf"), tf.float64)])
+        return encoded.payload, counts
 
     @tf.function(autograph=False, experimental_attributes={"_noinline": True})
     def _shared_sparse(self, view, grad, header, opens_group):
