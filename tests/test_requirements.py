@@ -1,11 +1,14 @@
-"""The import-time check of TensorFlow and Horovod (hvd_gradpart/requirements.py)."""
+"""The import-time check of Python, TensorFlow, Keras and Horovod (hvd_gradpart/requirements.py)."""
 import json
+import platform
 import subprocess
 import sys
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import horovod
+import keras
 import pytest
 import tensorflow as tf
 
@@ -39,10 +42,51 @@ def test_tensorflow_range(monkeypatch, version, tested):
     assert tested or ("TensorFlow >=2.15,<2.16" in found[0] and f"found {version}" in found[0])
 
 
-def test_keras_3_is_named_from_tensorflow_2_16(monkeypatch):
+def test_tensorflow_2_16_with_keras_2_only_warns(monkeypatch):
+    """TensorFlow 2.16+ whose tf.keras is still Keras 2 (tf-keras, TF_USE_LEGACY_KERAS=1) may work."""
     monkeypatch.setattr(tf, "__version__", "2.16.1")
-    with pytest.warns(UntestedVersionWarning, match="tf.keras is Keras 3"):
+    assert untested_warnings() == [
+        "hvd_gradpart was tested with TensorFlow >=2.15,<2.16, found 2.16.1; it may work, but nothing here checked it."]
+
+
+@pytest.mark.parametrize("version, tested", [
+    ("3.9.18", True), ("3.11.9", True), ("3.8.18", False), ("3.12.1", False), ("3.13.0", False)])
+def test_python_range(monkeypatch, version, tested):
+    monkeypatch.setattr(platform, "python_version", lambda: version)
+    assert untested_warnings() == ([] if tested else [
+        f"hvd_gradpart was tested with Python >=3.9,<3.12, found {version}; it may work, but nothing here checked it."])
+
+
+@pytest.mark.parametrize("keras_version, refused", [
+    ("2.15.0", False), ("2.16.0", False), ("2.17.0rc0", False), ("3.0.0", True), ("3.3.3", True), ("3.10.0", True)])
+def test_keras_3_is_refused_and_keras_2_is_not(keras_version, refused):
+    message = requirements.refused_keras(keras_version, "2.16.1")
+    assert (message is not None) == refused
+    assert not refused or message.startswith(
+        f"hvd_gradpart cannot work here: tf.keras is Keras {keras_version} (TensorFlow 2.16.1), and Horovod "
+        "0.28.1 cannot train Keras 3 models")
+
+
+def test_keras_3_is_refused_before_horovod_is_needed(monkeypatch):
+    """With Keras 3 no Horovod build can help, so the Keras message comes first, even with Horovod missing."""
+    monkeypatch.setattr(tf, "__version__", "2.16.1")
+    monkeypatch.setattr(keras, "__version__", "3.3.3")
+    monkeypatch.setitem(sys.modules, "horovod", None)
+    with pytest.raises(ImportError) as raised:
         requirements.check()
+    message = str(raised.value)
+    assert message.startswith("hvd_gradpart cannot work here: tf.keras is Keras 3.3.3 (TensorFlow 2.16.1)")
+    for says in ("pip install tensorflow-cpu==2.15.1", "pip install --force-reinstall --no-cache-dir "
+                 "--no-build-isolation horovod==0.28.1", "TF_USE_LEGACY_KERAS=1"):
+        assert says in message
+
+
+def test_keras_version_is_the_package_behind_tf_keras(monkeypatch):
+    assert requirements.keras_version(tf) == keras.__version__ and keras.__version__.startswith("2.15.")
+    model = type("Model", (), {"__module__": "tf_keras.src.engine.training"})  # as tf_keras defines it
+    legacy = SimpleNamespace(keras=SimpleNamespace(Model=model))
+    monkeypatch.setitem(sys.modules, "tf_keras", SimpleNamespace(__version__="2.16.0"))
+    assert requirements.keras_version(legacy) == "2.16.0"
 
 
 @pytest.mark.parametrize("version, tested", [

@@ -4,7 +4,8 @@ from pathlib import Path
 
 FOLDERS = {  # top-level folders that are not packages, and so hold no docstring of their own
     "scripts": "what a user runs: set-up, the demo, training, the edge cluster, launches, probes",
-    "tests": "unit tests in one process; tests/parallel/ under horovodrun; cluster tests in namespaces",
+    "tests": ("two tiers, `make test` the fast one and `make test-all` everything; "
+              "some files launch horovodrun themselves"),
     "results": "every committed result the report renders (JSONL, CSV, Markdown, plots)",
     "docs": "usage, methods, the algorithm, benchmarks, results, reliability, the cluster; notes/",
 }
