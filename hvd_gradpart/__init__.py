@@ -6,11 +6,11 @@ requirements.check()
 from hvd_gradpart.compressors import (COMPRESSORS, BaseCompressor, DGCCompressor, GradPartCompressor,  # noqa: E402
                                       GradPartResearch, PowerSGDCompressor, SIDCoCompressor, SparseCompressor,
                                       TopKCompressor, VarianceCompressor, get_compressor)
-from hvd_gradpart.metrics import MetricsCallback, snapshot, summary  # noqa: E402
+from hvd_gradpart.metrics import CompressionLogger, MetricsCallback, figures, snapshot, summary  # noqa: E402
 from hvd_gradpart.requirements import UntestedVersionWarning  # noqa: E402
 
 __all__ = ["COMPRESSORS", "BaseCompressor", "DGCCompressor", "GradPartCompressor", "GradPartResearch",
            "PowerSGDCompressor", "SIDCoCompressor", "SparseCompressor", "TopKCompressor", "VarianceCompressor",
            "get_compressor",
-           "MetricsCallback", "snapshot", "summary", "UntestedVersionWarning"]
+           "CompressionLogger", "MetricsCallback", "figures", "snapshot", "summary", "UntestedVersionWarning"]
 __version__ = "0.1.0"

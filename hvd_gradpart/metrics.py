@@ -5,10 +5,23 @@ step's selected elements and bytes sent by this rank (values, indices,
 header and marker), running totals, and any diagnostics a selection rule
 reports (thresholds, fitted parameters). ``snapshot`` reads them from Python;
 ``JsonlLogger`` and ``MetricsCallback`` write them out during training.
+
+The figures a user watches come from the same counters. ``totals`` sums what
+only grows (bytes dense and sent, elements offered and sent, and the link
+budget's dense and sparse steps) into one ``Totals``; ``rates`` turns the
+change between two of them into ratios, so a figure covers exactly the steps
+between the two readings, and ``figures`` does both for a compressor.
+``CompressionLogger`` reads at each epoch's start and end and puts the
+epoch's figures into Keras's ``logs`` on rank 0, where the progress bar,
+``History`` and ``TensorBoard`` find them.
 """
 import json
+import math
+import statistics
 import time
+from typing import NamedTuple
 
+import horovod.tensorflow as hvd
 import tensorflow as tf
 
 COUNTERS = ("steps", "elements", "dense_bytes", "sent_elements", "sent_bytes",
@@ -146,3 +159,107 @@ class MetricsCallback(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self._log("epoch", epoch=epoch, **{k: float(v) for k, v in (logs or {}).items()})
+
+
+class Totals(NamedTuple):
+    """One rank's cumulative counters since training began (``totals``)."""
+
+    dense_bytes: float = 0.0     # what the gradients would have taken dense
+    sent_bytes: float = 0.0      # what was sent: values, indices, headers, markers
+    elements: float = 0.0        # gradient elements offered (each gradient's size times its steps)
+    sent_elements: float = 0.0   # values sent
+    dense_steps: float = 0.0     # steps the link budget handed Horovod the whole gradient
+    sparse_steps: float = 0.0    # steps it sent a selection (its first step is not counted)
+    link_mbit: float = math.nan  # the link's bandwidth the budget measured last, Mbit/s (NaN: none yet)
+    follows_link: bool = False   # the compressor has a link budget
+
+
+def totals(compression):
+    """The cumulative counters of ``compression`` (what was given to Horovod: class or instance);
+    None for Horovod's own dense compressors."""
+    from hvd_gradpart.budget import controller  # the budget's modules import this one
+
+    compressor = resolve(compression)
+    if compressor is None:
+        return None
+    rows = snapshot(compressor).values()
+    total = lambda name: sum(r.get(name, 0.0) for r in rows)
+    budgets = list(getattr(compressor, "budgets", {}).values())
+    states = [controller.State.of(b.state.numpy()) for b in budgets]
+    links = [8.0 * b.read()["bandwidth_MBps"] for b in budgets]
+    links = [x for x in links if 0.0 < x < math.inf]
+    return Totals(dense_bytes=total("total_dense_bytes"), sent_bytes=total("total_sent_bytes"),
+                  elements=sum(r.get("steps", 0.0) * r.get("elements", 0.0) for r in rows),
+                  sent_elements=total("total_sent_elements"),
+                  dense_steps=sum(s.dense_steps for s in states), sparse_steps=sum(s.sparse_steps for s in states),
+                  link_mbit=statistics.fmean(links) if links else math.nan, follows_link=bool(budgets))
+
+
+def rates(now, before=None):
+    """The figures of the steps between two ``Totals`` (``before`` None: since training began).
+
+    Returns:
+        ``{"gp_ratio": dense bytes / bytes sent, "gp_density": values sent / elements offered}``
+        and, for a compressor that follows the link, ``"gp_dense_share"`` (the share of the
+        budget's steps that went dense) and ``"gp_link_mbit"`` (its latest measure, not a
+        difference). A figure with no steps behind it is NaN.
+    """
+    before = before or Totals()
+    change = lambda name: getattr(now, name) - getattr(before, name)
+    share = lambda part, whole: part / whole if whole > 0 else math.nan
+    out = {"gp_ratio": share(change("dense_bytes"), change("sent_bytes")),
+           "gp_density": share(change("sent_elements"), change("elements"))}
+    if now.follows_link:
+        dense = change("dense_steps")
+        out["gp_dense_share"] = share(dense, dense + change("sparse_steps"))
+        out["gp_link_mbit"] = now.link_mbit
+    return out
+
+
+def figures(compression, since=None):
+    """``rates`` of ``compression``'s counters since the ``Totals`` ``since`` (None: since
+    training began); ``{}`` for Horovod's own dense compressors.
+
+    ``figures(compression)`` printed or written with ``tf.summary.scalar`` in a training loop
+    gives the same keys ``CompressionLogger`` puts into Keras's logs.
+    """
+    now = totals(compression)
+    return {} if now is None else rates(now, since)
+
+
+class CompressionLogger(tf.keras.callbacks.Callback):
+    """Puts each epoch's compression figures into Keras's ``logs`` on rank 0.
+
+    Every figure covers the epoch just ended (the difference of cumulative counters read at
+    its start and its end), not the run so far: ``gp_ratio``, ``gp_density`` and, for a
+    compressor that follows the link, ``gp_dense_share`` and ``gp_link_mbit`` (``rates``).
+    They count rank 0's own traffic; other ranks add nothing, as Horovod's examples log on
+    rank 0 only.
+
+    Order in ``callbacks``: after ``hvd.callbacks.MetricAverageCallback`` (it averages every
+    key in ``logs`` over the ranks, and rank 1 has none of these), before ``TensorBoard`` and
+    any other callback that writes ``logs``. Keras appends its progress bar and ``History``
+    after the list, so they see the figures.
+
+    Args:
+        compression: what was given to ``hvd.DistributedOptimizer`` (class or instance).
+        rank: this process's rank (None: ``hvd.rank()`` when training begins).
+    """
+
+    def __init__(self, compression, rank=None):
+        super().__init__()
+        self.compression = compression
+        self.rank = rank
+        self._before = None
+
+    def on_train_begin(self, logs=None):
+        if self.rank is None:
+            self.rank = hvd.rank()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.rank == 0:
+            self._before = totals(self.compression)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.rank == 0 and logs is not None:
+            logs.update(figures(self.compression, self._before))

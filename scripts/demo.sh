@@ -6,7 +6,9 @@
 # (benchmarks/linkdrop.py; DROP_RATE= skips it). A run is a method (harness/methods.py): NAME or
 # NAME=COMPRESSOR[,KEY=VALUE...].
 # Every launch's full output goes to a log under $OUT; the screen gets the demo's own lines,
-# the summary tables and, when a step fails, the tail of its log.
+# rank 0's line per evaluation as it comes (accuracy, the compressor's ratio and density since
+# the last evaluation, training seconds), the summary tables and, when a step fails, the tail
+# of its log.
 #   MODEL=mlp EPOCHS=4 METHODS="none gradpart topk powersgd" RATE=100mbit \
 #     DROP_RATE=10mbit DROP_METHODS="gradpart topk powersgd" OUT=results/demo bash scripts/demo.sh
 set -euo pipefail
@@ -26,6 +28,14 @@ rm -rf "$OUT"/*.jsonl "$OUT"/*.log "$OUT"/linkprobe.json "$OUT"/demo.png "$OUT"/
 begin=$SECONDS
 
 say() { echo "demo: $*"; }
+progress() {  # NAME: the evaluation lines train.py prints on rank 0, as they come, under the method's name
+  local line pattern='<stdout>: *(epoch [0-9.]+/[0-9]+ .*)$'
+  while IFS= read -r line; do
+    if [[ $line =~ $pattern ]]; then
+      printf '  %-9s %s\n' "$1" "${BASH_REMATCH[1]}"
+    fi
+  done
+}
 failed() {  # LOG WHAT: the step's failure, its first error lines and the end of its log, then exit 1
   echo "demo: $2 failed; from $1:" >&2
   { grep -E 'Error|error:' "$1" | grep -vE 'RuntimeError|launch.py: error' | head -n 6
@@ -69,7 +79,7 @@ for run in $METHODS; do
   "$PY" scripts/launch.py -np 2 "${hosts[@]}" --gloo --disable-cache \
     "$PY" "$PWD/scripts/train.py" --model "$MODEL" --dataset mnist5k "${method[@]:1}" \
     --epochs "$EPOCHS" --eval-every 0.25 --jsonl "$out/$name.jsonl" \
-    --steps-jsonl "$out/$name.steps.jsonl" --log-every-steps 1 >"$log" 2>&1 \
+    --steps-jsonl "$out/$name.steps.jsonl" --log-every-steps 1 2>&1 | tee "$log" | progress "$name" \
     || failed "$log" "training $name (${method[*]:1})"
   say "  $name done in $((SECONDS - started)) s (launch, set-up and evaluations included)"
   jsonls+=("$OUT/$name.jsonl")

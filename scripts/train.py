@@ -18,12 +18,21 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import horovod.tensorflow as hvd  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from harness import methods, training  # noqa: E402
+try:
+    from harness import methods, training  # noqa: E402
+except ModuleNotFoundError as e:  # `pip install` installs the library alone; the evaluation stays in the clone
+    if e.name != "harness":
+        raise
+    clone = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    raise ImportError(f"scripts/train.py needs the evaluation's package harness/, which `pip install` leaves in "
+                      f"the repository: run it with the repository on the path, PYTHONPATH={clone} python "
+                      f"{clone}/scripts/train.py ..., after pip install '{clone}[harness]' (the embedded "
+                      "datasets' readers)") from None
 from harness.data import DATASETS, DataNotFoundError, batches, load_dataset, shard  # noqa: E402
 from harness.models import MODELS, build_model  # noqa: E402
 from harness.progress import evaluation_points  # noqa: E402
 from hvd_gradpart import COMPRESSORS, get_compressor  # noqa: E402
-from hvd_gradpart.metrics import JsonlLogger, link_state, resolve, snapshot  # noqa: E402
+from hvd_gradpart.metrics import JsonlLogger, link_state, rates, resolve, snapshot, totals  # noqa: E402
 from launch import child_env  # noqa: E402  (this folder is on the path of a script run from it)
 
 
@@ -64,14 +73,31 @@ def exit_with_launcher(rank, host, every_s=1.0):
     threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
 
 
-def report(record, epochs, logger, board):
-    """Prints one evaluation, appends it to the JSONL and, at an epoch's end, to TensorBoard."""
+def watched(shown):
+    """``metrics.rates``'s figures as text, e.g. ``ratio 76.1x density 0.66% dense 0% link 95.2 Mbit/s``
+    (empty for Horovod's own dense compressors)."""
+    number = lambda x: f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
+    parts = []
+    if "gp_ratio" in shown:
+        parts.append(f"ratio {number(shown['gp_ratio'])}x density {100 * shown['gp_density']:.2g}%")
+    if "gp_dense_share" in shown:
+        parts.append(f"dense {100 * shown['gp_dense_share']:.0f}%")
+    if math.isfinite(shown.get("gp_link_mbit", math.nan)):
+        parts.append(f"link {number(shown['gp_link_mbit'])} Mbit/s")
+    return " ".join(parts)
+
+
+def report(record, epochs, logger, board, shown):
+    """Prints one evaluation (with ``shown``, the compressor's figures since the last one), appends
+    it to the JSONL and, at an epoch's end, to TensorBoard."""
+    text = watched(shown)
     if record["epoch_end"]:
-        print(f"epoch {record['epoch']}/{epochs} loss {record['train_loss']:.4f} test_acc {record['test_acc']:.4f} "
+        print(f"epoch {record['epoch']}/{epochs} step {record['step']} loss {record['train_loss']:.4f} "
+              f"test_acc {record['test_acc']:.4f} {text}{', ' if text else ''}"
               f"{record['samples_per_s']:.0f} samples/s, {record['train_s']:.1f} s training", flush=True)
     else:
-        print(f"  epoch {record['epoch']:.2f} step {record['step']} test_acc {record['test_acc']:.4f} "
-              f"after {record['train_s']:.1f} s training", flush=True)
+        print(f"  epoch {record['epoch']:.2f}/{epochs} step {record['step']} test_acc {record['test_acc']:.4f} "
+              f"{text}{', ' if text else ''}after {record['train_s']:.1f} s training", flush=True)
     if record.get("stopped"):
         print(f"train.py: stopped at step {record['step']} ({STOPS[record['stopped']]})", flush=True)
     if logger:
@@ -192,6 +218,7 @@ def main(argv=None):
     tensors = JsonlLogger(args.tensor_jsonl) if args.tensor_jsonl and instance is not None and rank == 0 else None
     intervals = JsonlLogger(args.steps_jsonl) if args.steps_jsonl and rank == 0 else None
     points = evaluation_points(steps_per_epoch, args.eval_every)
+    seen_totals = totals(compression) if rank == 0 else None  # the printed figures cover each evaluation's interval
     steps, evals, train_s, first_step_s, stop = 0, 0, 0.0, None, None
     start, link0 = time.perf_counter(), training.link_counters()
     mark = start
@@ -241,7 +268,10 @@ def main(argv=None):
                 stop = stop_reason(args, steps, record["test_acc"], train_s - first_step_s)
                 if stop:
                     record["stopped"] = stop
-                report(record, args.epochs, logger, board)
+                now_totals = totals(compression)
+                shown = rates(now_totals, seen_totals) if now_totals else {}
+                seen_totals = now_totals
+                report(record, args.epochs, logger, board, shown)
             else:
                 stop = stop_reason(args, steps)
             # Horovod: only rank 0 evaluated; the others wait for it here, off the training clock

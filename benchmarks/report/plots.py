@@ -2,6 +2,7 @@
 import math
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -18,8 +19,8 @@ def _save(fig, path, title):
 
 
 COLORS = {"none": "black", "fp16": "tab:gray", "topk": "tab:green", "variance": "tab:purple",
-          "dgc": "tab:orange", "sidco": "tab:brown", "gradpart": "tab:red", "no-fit": "tab:blue",
-          "no-partition": "tab:cyan", "no-entropy": "tab:olive", "no-predict": "tab:pink"}
+          "dgc": "tab:orange", "sidco": "tab:brown", "gradpart": "tab:red", "powersgd": "tab:blue",
+          "no-fit": "tab:blue", "no-partition": "tab:cyan", "no-entropy": "tab:olive", "no-predict": "tab:pink"}
 
 
 def _style(name):
@@ -97,15 +98,36 @@ def throughput(rows, path, title):
     _save(fig, path, title)
 
 
+def _elements(n):
+    """``n`` elements in short: 1k, 10k, 1M."""
+    return f"{n / 1e6:g}M" if n >= 1e6 else f"{n / 1e3:g}k" if n >= 1e3 else f"{n:g}"
+
+
 def density(tensor_records, path, title):
-    """GradPart's fraction sent per gradient (layer) over training steps."""
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    """GradPart's fraction sent over training steps: the whole model's, with the least and the
+    largest layer's as a faint band (left), and per decade of layer size (right), each the
+    fraction of its layers' elements sent."""
     sizes = br.slot_sizes(tensor_records)
-    for i, (slot, (steps, values)) in enumerate(br.densities(tensor_records).items()):
-        ax.plot(steps, values, label=f"layer {i} ({sizes[slot]:,} elements)", linewidth=1.2)
-    ax.set(xlabel="training step", ylabel="fraction sent", yscale="log")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    per_slot = br.densities(tensor_records)
+    steps = next(iter(per_slot.values()))[0]
+    layers = np.array([values for _, values in per_slot.values()])  # [layer, logged step]
+    size = np.array([sizes[slot] for slot in per_slot], dtype=float)[:, None]
+    weighted = lambda rows: np.nansum(layers[rows] * size[rows], 0) / np.sum(size[rows] * np.isfinite(layers[rows]), 0)
+    fig, (whole, by_size) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    whole.fill_between(steps, np.nanmin(layers, 0), np.nanmax(layers, 0), color=COLORS["gradpart"], alpha=0.15,
+                       linewidth=0, label=f"least to largest of {len(layers)} layers")
+    whole.plot(steps, weighted(slice(None)), label="all layers", **_style("gradpart"))
+    whole.set(title="whole model", xlabel="training step", ylabel="fraction sent", yscale="log")
+    decades = np.floor(np.log10(size[:, 0])).astype(int)
+    for decade in sorted(set(decades)):
+        rows = decades == decade
+        by_size.plot(steps, weighted(rows), linewidth=1.6,
+                     label=f"{_elements(10 ** decade)} to {_elements(10 ** (decade + 1))} elements "
+                           f"({rows.sum()} layer{'s' if rows.sum() > 1 else ''})")
+    by_size.set(title="by layer size", xlabel="training step")
+    for ax in (whole, by_size):
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8, loc="lower right")
     _save(fig, path, title)
 
 
@@ -147,29 +169,64 @@ def scaling_curves(constants, measured, path, title, rates=("20mbit", "100mbit",
     _save(fig, path, title)
 
 
+def _clock(records):
+    """Training seconds after the first step at each evaluation (at least 10 ms, for the log axis)."""
+    return [max(r["train_s"] - r["first_step_s"], 1e-2) for r in records]
+
+
+def _band(ax, runs, color, label):
+    """Fills the range of test accuracy ``runs`` (lists of records) reach at each training second,
+    each run interpolated linearly in log seconds over its own span."""
+    curves = [(np.log(_clock(records)), [r["test_acc"] for r in records]) for records in runs]
+    grid = np.linspace(min(x[0] for x, _ in curves), max(x[-1] for x, _ in curves), 300)
+    reached = np.array([np.where((grid >= x[0]) & (grid <= x[-1]), np.interp(grid, x, y), np.nan) for x, y in curves])
+    some = np.isfinite(reached).any(0)
+    lo = np.min(np.where(np.isfinite(reached), reached, np.inf), 0)
+    hi = np.max(np.where(np.isfinite(reached), reached, -np.inf), 0)
+    ax.fill_between(np.exp(grid[some]), lo[some], hi[some], color=color, alpha=0.13, linewidth=0, label=label)
+
+
 def time_to_accuracy(panels, path, title):
-    """Test accuracy against training seconds after the first step (log axis), one panel per link.
+    """Test accuracy against training seconds after the first step (log axis): a column per link,
+    GradPart against the fastest above and against the other peers below.
+
+    Above: no compression, GradPart, the best tuned Top-k with the whole Top-k grid as a faint
+    band, and the fastest other peer. Below: no compression and GradPart again, with every
+    other peer. No panel draws more than a handful of lines.
 
     Args:
-        panels: ``{link: (runs, goals)}``: ``runs`` maps each method to one run's records,
-            ``goals`` each target share to its accuracy, drawn dashed.
+        panels: ``{link: (runs, goals)}``: ``runs`` maps each method to one run's records, fastest
+            first as the time-to-accuracy table orders them (so the first Top-k run is the best
+            tuned one); ``goals`` each target share to its accuracy, drawn dotted.
     """
-    fig, axes = plt.subplots(1, len(panels), figsize=(2 + 5 * len(panels), 4.8), squeeze=False, sharey=True)
-    for ax, (link, (runs, goals)) in zip(axes[0], panels.items()):
-        for name, records in runs.items():
-            clock = [max(r["train_s"] - r["first_step_s"], 1e-2) for r in records]
-            style = _style(name) if name in COLORS else {"linestyle": "--", "linewidth": 1.1}
-            ax.plot(clock, [r["test_acc"] for r in records], marker=".", label=name, **style)
-        for share, goal in goals.items():
-            ax.axhline(goal, color="grey", linestyle=":", linewidth=0.9)
-            ax.annotate(f"{share:.0%} of none", (0, goal), xycoords=("axes fraction", "data"), xytext=(3, 2),
-                        textcoords="offset points", fontsize=7, color="grey")
-        ax.set(xscale="log", title=link, xlabel="training seconds after the first step")
-        ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
-        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
-        ax.set_ylim(max(0.0, min(goals.values()) - 0.3), 1.0)
-        ax.grid(alpha=0.3, which="both")
-    axes[0][0].set_ylabel("test accuracy")
-    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig, axes = plt.subplots(2, len(panels), figsize=(2 + 5 * len(panels), 8.8), squeeze=False, sharex="col",
+                             sharey=True)
+    for col, (link, (runs, goals)) in enumerate(panels.items()):
+        grid = [name for name, records in runs.items() if records[0].get("compressor") == "topk"]
+        peers = [name for name in runs if name not in grid and name not in (br.REFERENCE, "gradpart")]
+        ends = [name for name in (br.REFERENCE, "gradpart") if name in runs]
+        rows = ((f"{link}: GradPart against the fastest", [*ends, *grid[:1], *peers[:1]]),
+                (f"{link}: against the other peers", [*ends, *peers[1:]]))
+        for row, (ax, (heading, names)) in enumerate(zip(axes[:, col], rows)):
+            if row == 0 and len(grid) > 1:
+                _band(ax, [runs[name] for name in grid], COLORS["topk"], f"Top-k grid ({len(grid)} densities)")
+            for name in names:
+                label = f"best tuned Top-k: {name}" if name in grid else name
+                ax.plot(_clock(runs[name]), [r["test_acc"] for r in runs[name]], marker=".", label=label,
+                        **_style("topk" if name in grid else name))
+            for share, goal in goals.items():
+                ax.axhline(goal, color="grey", linestyle=":", linewidth=0.9)
+                ax.annotate(f"{share:.0%} of none", (0, goal), xycoords=("axes fraction", "data"), xytext=(3, 2),
+                            textcoords="offset points", fontsize=7, color="grey")
+            ax.set(xscale="log", title=heading)
+            ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+            ax.set_ylim(max(0.0, min(goals.values()) - 0.3), 1.0)
+            ax.grid(alpha=0.3, which="both")
+            ax.legend(fontsize=7, loc="lower right")  # each panel's own: the best Top-k and peers differ by link
+    for ax in axes[:, 0]:
+        ax.set_ylabel("test accuracy")
+    for ax in axes[1]:
+        ax.set_xlabel("training seconds after the first step")
     _save(fig, path, title)
