@@ -1,4 +1,5 @@
-# hvd_gradpart: `make demo` runs the main job, `make test` the tests, `make bench` the quick
+# hvd_gradpart: `make demo` runs the main job, `make test` the fast tier of the tests (minutes),
+# `make test-all` all of them (the cluster's included; CI runs both), `make bench` the quick
 # evaluation suite (`make bench-full` or `BENCH=full make bench`: all of it), `make report` every
 # table and plot from the committed results; all set up first.
 VENV ?= .venv
@@ -7,7 +8,7 @@ STAMP := $(VENV)/.setup-done
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: setup demo test bench bench-full report clean
+.PHONY: setup demo test test-all bench bench-full report clean
 
 setup: $(STAMP)
 
@@ -16,7 +17,10 @@ $(STAMP): scripts/setup.sh constraints.txt setup.py
 	touch $(STAMP)
 
 test: setup
-	$(PY) -m pytest tests -q -rs
+	$(PY) -m pytest tests -q -rs -m "not slow" --durations=10
+
+test-all: setup
+	$(PY) -m pytest tests -q -rs --durations=30
 
 demo: setup
 	bash scripts/demo.sh

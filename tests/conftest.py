@@ -1,6 +1,8 @@
 """Shared test set-up: one TF thread pair per process, a launcher for
-scripts that must run under ``horovodrun`` with several ranks, and the
-cluster lock that every module marked ``cluster`` holds while it runs."""
+scripts that must run under ``horovodrun`` with several ranks, the
+cluster lock that every module marked ``cluster`` holds while it runs, and
+the two tiers: ``make test`` runs what is not marked ``slow`` (minutes),
+``make test-all`` everything; cluster tests are always ``slow``."""
 import fcntl
 import os
 import subprocess
@@ -31,6 +33,13 @@ CLUSTER_LOCK_WAIT_S = 1800
 def pytest_configure(config):
     config.addinivalue_line("markers", "cluster: needs root and network namespaces (the edge cluster)")
     config.addinivalue_line("markers", "slow: left out of the fast tier (`make test`); `make test-all` runs it")
+
+
+def pytest_collection_modifyitems(items):
+    """Every cluster test belongs to the whole suite only (it builds the namespaces)."""
+    for item in items:
+        if item.get_closest_marker("cluster") is not None:
+            item.add_marker(pytest.mark.slow)
 
 
 def _lock_holders(fd):

@@ -41,6 +41,8 @@ import pytest
 
 from conftest import PARALLEL, horovodrun, launch_env
 
+pytestmark = pytest.mark.slow  # launches horovodrun: the whole suite (`make test-all`), not the fast tier
+
 TOLERANCE = {"keras_fit_client.py": 0.04, "tape_step_client.py": 0.05, "run_api_client.py": 0.06}
 
 

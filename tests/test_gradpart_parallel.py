@@ -4,6 +4,8 @@ import re
 import pytest
 from conftest import horovodrun
 
+pytestmark = pytest.mark.slow  # launches horovodrun: the whole suite (`make test-all`), not the fast tier
+
 
 @pytest.mark.parametrize("compression", ["gradpart", "rule"])
 def test_gradpart_trains_digits_on_two_ranks(compression):

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # launches horovodrun: the whole suite (`make test-all`), not the fast tier
+
 ROOT = Path(__file__).resolve().parents[1]
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
 # A GPU user's environment: TensorFlow under the distribution name `tensorflow`, not `tensorflow-cpu`.

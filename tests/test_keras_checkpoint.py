@@ -7,6 +7,8 @@ import tensorflow as tf
 from conftest import horovodrun
 from hvd_gradpart import GradPartCompressor, TopKCompressor, keras_state
 
+pytestmark = pytest.mark.slow  # launches horovodrun: the whole suite (`make test-all`), not the fast tier
+
 hvd.init()
 
 

@@ -7,6 +7,8 @@ import pytest
 
 from conftest import launch_env
 
+pytestmark = pytest.mark.slow  # launches horovodrun: the whole suite (`make test-all`), not the fast tier
+
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
 import launch  # noqa: E402
 

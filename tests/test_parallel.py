@@ -3,6 +3,8 @@ import pytest
 
 from conftest import horovodrun
 
+pytestmark = pytest.mark.slow  # launches horovodrun: the whole suite (`make test-all`), not the fast tier
+
 
 @pytest.mark.parametrize("backend", ["gloo", "mpi"])
 def test_exchange_is_exact(backend):

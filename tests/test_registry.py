@@ -1,7 +1,11 @@
 """Every registered compression method trains on two ranks (one horovodrun launch)."""
+import pytest
+
 from conftest import horovodrun
 
 from hvd_gradpart.compressors import COMPRESSORS
+
+pytestmark = pytest.mark.slow  # launches horovodrun: the whole suite (`make test-all`), not the fast tier
 
 
 def test_every_registered_method_trains_bit_identically_on_two_ranks():

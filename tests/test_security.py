@@ -11,6 +11,8 @@ import pytest
 
 from conftest import launch_env
 
+pytestmark = pytest.mark.slow  # launches horovodrun: the whole suite (`make test-all`), not the fast tier
+
 ROOT = Path(__file__).parents[1]
 HOROVODRUN = Path(sys.executable).with_name("horovodrun")
 CLUSTER = ROOT / "scripts" / "edge_cluster.sh"

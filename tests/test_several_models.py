@@ -12,6 +12,8 @@ from conftest import horovodrun
 from hvd_gradpart.compressors import COMPRESSORS, BaseCompressor
 from hvd_gradpart.memory import Memory
 
+pytestmark = pytest.mark.slow  # launches horovodrun: the whole suite (`make test-all`), not the fast tier
+
 
 def test_steps_made_from_one_python_function_get_their_own_slots():
     memory = Memory()

@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import HOROVODRUN, launch_env
+
+pytestmark = pytest.mark.slow  # launches horovodrun: the whole suite (`make test-all`), not the fast tier
 
 SOAK = Path(__file__).parents[1] / "scripts" / "soak.py"
 RSS_BOUND_MB = 64

@@ -3,6 +3,8 @@ import pytest
 
 from conftest import horovodrun
 
+pytestmark = pytest.mark.slow  # launches horovodrun: the whole suite (`make test-all`), not the fast tier
+
 
 @pytest.mark.parametrize("backend", ["gloo", "mpi"])
 def test_spectral_key_is_exact_and_bit_identical_on_two_ranks(backend):

@@ -1,5 +1,9 @@
 """A compressor built inside a traced step (Horovod's synthetic benchmark does so) keeps its residuals."""
+import pytest
+
 from conftest import horovodrun
+
+pytestmark = pytest.mark.slow  # launches horovodrun: the whole suite (`make test-all`), not the fast tier
 
 
 def test_compressor_built_inside_tf_function():

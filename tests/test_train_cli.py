@@ -9,6 +9,8 @@ import pytest
 from conftest import HOROVODRUN, launch_env
 from harness.progress import epoch_records, time_to_accuracy
 
+pytestmark = pytest.mark.slow  # launches horovodrun: the whole suite (`make test-all`), not the fast tier
+
 TRAIN = Path(__file__).parents[1] / "scripts" / "train.py"
 
 

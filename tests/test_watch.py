@@ -65,6 +65,7 @@ def results(output):
     return found
 
 
+@pytest.mark.slow
 def test_keras_fit_shows_the_figures_on_rank_0(tmp_path):
     output = horovodrun("watch_client.py", args=["--workdir", str(tmp_path)], timeout=180)
     found = {(name, rank): r for name, rank, r in results(output)}
