@@ -1,11 +1,11 @@
-"""Faults on the two-node namespace cluster, in one launch of train.py.
+"""Faults on the two-node namespace cluster, in one launch of train.py per compressor.
 
-Dense training (``--compressor none``, so the link sets the pace) starts at
-100 Mbit/s; the link is re-shaped to 10 Mbit/s mid-run (training must go on,
-and the per-interval throughput log must show the drop); then the training
-process on edge-b is killed by its pid: the launch (``scripts/launch.py``
-around ``horovodrun``) must exit non-zero within a bound, with a message
-naming edge-b, and leave no rank behind on either node.
+Training with GradPart, and with no compression as the reference (dense, so the link sets
+the pace), starts at 100 Mbit/s; the link is re-shaped to 10 Mbit/s mid-run (training must go
+on without a stalled step, and the dense run's per-interval throughput log must show the
+drop); then the training process on edge-b is killed by its pid: the launch
+(``scripts/launch.py`` around ``horovodrun``) must exit non-zero within a bound, with a
+message naming edge-b, and leave no rank behind on either node.
 
 The link never stalls the run: a dense LeNet-5 step moves 0.43 MB each way, 0.35 s at
 10 Mbit/s, far below Gloo's timeout per collective (pinned at its default, 30 s, so that a real
@@ -66,17 +66,17 @@ def train_pids(node, marker):
     return namespace_pids(node, TRAIN, marker)
 
 
-@pytest.fixture(scope="module")
-def faulted_run(edge, tmp_path_factory):
+@pytest.fixture(scope="module", params=["none", "gradpart"])
+def faulted_run(edge, tmp_path_factory, request):
     """One launch: rate change after 4 intervals, kill of edge-b's rank after SLOW_INTERVALS more."""
-    steps = tmp_path_factory.mktemp("faults") / "steps.jsonl"
+    steps = tmp_path_factory.mktemp(f"faults-{request.param}") / "steps.jsonl"
     log = steps.with_name("launch.log")
     with open(log, "w") as out:
         launch = subprocess.Popen(
             # --start-timeout: horovodrun's probe of the hosts took over its default 30 s under load.
             [sys.executable, str(LAUNCH), "-np", "2", "-hostfile", str(ROOT / "hostfiles" / "edge"), "--gloo",
              "--disable-cache", "--start-timeout", "120", sys.executable, str(TRAIN), "--model", "lenet5",
-             "--dataset", "mnist5k", "--compressor", "none", "--epochs", "100", "--eval-every", "1",
+             "--dataset", "mnist5k", "--compressor", request.param, "--epochs", "100", "--eval-every", "1",
              "--log-every-steps", str(STEPS_PER_INTERVAL), "--steps-jsonl", str(steps)],
             stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
             env={**launch_env(), "HOROVOD_GLOO_TIMEOUT_SECONDS": str(GLOO_TIMEOUT_S)})
@@ -102,19 +102,20 @@ def faulted_run(edge, tmp_path_factory):
     while (left := train_pids("edge-a", str(steps)) + train_pids("edge-b", str(steps))) and time.time() < deadline:
         time.sleep(0.5)
     return {"records": records(steps), "switched_after": switched_after, "exit_s": exit_s,
-            "returncode": launch.returncode, "output": log.read_text(), "left": left}
+            "returncode": launch.returncode, "output": log.read_text(), "left": left, "compressor": request.param}
 
 
-def test_rate_change_mid_run_shows_in_throughput(faulted_run):
+def test_training_goes_on_through_a_rate_change_without_a_stall(faulted_run):
     recs, switched = faulted_run["records"], faulted_run["switched_after"]
     fast = [r["samples_per_s"] for r in recs[1:switched]]  # the first interval holds tracing
     slow = [r["samples_per_s"] for r in recs[switched + 1:]]  # wholly after the change
     assert len(fast) >= 3 and len(slow) >= SLOW_INTERVALS, recs
     assert [r["step"] for r in recs] == [STEPS_PER_INTERVAL * (i + 1) for i in range(len(recs))], \
         "training skipped or stalled"
-    # Dense lenet5 sends 0.43 MB per step: about 35 ms at 100 Mbit/s, 350 ms at 10 Mbit/s.
-    print(f"median samples/s: {statistics.median(fast):.0f} at 100mbit, {statistics.median(slow):.0f} at 10mbit")
-    assert statistics.median(slow) < 0.5 * statistics.median(fast), (fast, slow)
+    print(f"{faulted_run['compressor']}: median samples/s {statistics.median(fast):.0f} at 100mbit, "
+          f"{statistics.median(slow):.0f} at 10mbit")
+    if faulted_run["compressor"] == "none":  # dense lenet5 sends 0.43 MB per step: 35 ms at 100 Mbit/s, 350 at 10
+        assert statistics.median(slow) < 0.5 * statistics.median(fast), (fast, slow)
     worst = max(r["interval_s"] for r in recs[switched:]) / STEPS_PER_INTERVAL
     print(f"slowest step from the change on: {worst:.2f} s (bound {STEP_BOUND_S:.0f} s)")
     assert worst < STEP_BOUND_S, f"the link stalled after the rate change: {recs[switched:]}"

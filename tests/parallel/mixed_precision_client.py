@@ -6,8 +6,10 @@ Keras's dynamic loss scaling for ``--steps`` steps, in a ``DistributedGradientTa
 which ``compile`` wraps in one (``--mode fit``). At step ``--overflow-at`` rank 1 alone
 multiplies its loss by Inf, as a loss scale that overflowed on one rank does. As with Horovod's
 dense sum, every rank must then see a sum that is not finite, skip that step and halve its loss
-scale; training goes on, and the ranks' weights stay finite and bit-identical. Rank 0 prints
-``OK <mode> <name> ...`` per name.
+scale; training goes on, and the ranks' weights stay finite and bit-identical. ``--mode plain``
+trains in float32 without loss scaling: rank 1's NaN is then the user's, and, as under Horovod's
+dense sum, it must reach every rank's weights while the run goes on to its end, no rank left
+waiting in a collective. Rank 0 prints ``OK <mode> <name> ...`` per name.
 
 Usage: ``horovodrun -np 2 python mixed_precision_client.py --mode tape --compression none gradpart``.
 """
@@ -22,14 +24,15 @@ from common import assert_same_on_all_ranks, check, init, ok
 from hvd_gradpart import get_compressor
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--mode", choices=["tape", "fit"], default="tape")
+parser.add_argument("--mode", choices=["tape", "fit", "plain"], default="tape")
 parser.add_argument("--compression", nargs="+", default=["none", "gradpart"])
 parser.add_argument("--steps", type=int, default=60)
 parser.add_argument("--overflow-at", type=int, default=20)
 args = parser.parse_args()
 
 rank, size = init()
-tf.keras.mixed_precision.set_global_policy("mixed_float16")
+if args.mode != "plain":
+    tf.keras.mixed_precision.set_global_policy("mixed_float16")
 BATCH = 32
 rs = np.random.RandomState(0)
 truth = rs.randn(32, 10).astype(np.float32)
@@ -61,16 +64,20 @@ def build_model():
 
 def train_tape(compression):
     model = build_model()
-    opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.2))
+    opt = tf.keras.optimizers.SGD(0.2)
+    if args.mode == "tape":
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
 
     @tf.function
     def step(xb, yb):
         with tf.GradientTape() as tape:
             loss = loss_fn(yb, model(xb, training=True))
-            scaled = opt.get_scaled_loss(loss)
+            scaled = opt.get_scaled_loss(loss) if args.mode == "tape" else loss
         # Horovod: the compressor under test, on the scaled gradients.
         tape = hvd.DistributedGradientTape(tape, compression=compression)
-        grads = opt.get_unscaled_gradients(tape.gradient(scaled, model.trainable_variables))
+        grads = tape.gradient(scaled, model.trainable_variables)
+        if args.mode == "tape":
+            grads = opt.get_unscaled_gradients(grads)
         opt.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
@@ -113,11 +120,16 @@ def data_loss(model):
 for name in args.compression:
     compression = get_compressor(name)
     initial = data_loss(build_model())
-    model, opt, steps = (train_tape if args.mode == "tape" else train_fit)(compression)
-    scale = float(opt.loss_scale)
+    model, opt, steps = (train_fit if args.mode == "fit" else train_tape)(compression)
     what = f"{args.mode} {name}"
     check(steps == args.steps, f"{what}: trained {steps} of {args.steps} steps")
     weights = [w.numpy() for w in model.weights]
+    if args.mode == "plain":
+        nan = [not np.isfinite(w).all() for w in weights]
+        check(all(nan), f"{what}: rank 1's NaN did not reach every weight of this rank: {nan}")
+        ok(f"{what} NaN on rank 1 reached every weight on every rank; the run ended")
+        continue
+    scale = float(opt.loss_scale)
     check(all(np.isfinite(w).all() for w in weights), f"{what}: weights not finite after the overflow")
     assert_same_on_all_ranks(weights + [np.array([scale], np.float32)], f"{what}: weights and loss scale")
     check(scale == 2.0 ** 15 / 2, f"{what}: loss scale {scale}, want one halving from 2**15 (the one overflow)")
