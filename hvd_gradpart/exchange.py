@@ -101,13 +101,13 @@ def digest(text):
     return zlib.crc32(text.encode()) % (2 ** 31 - 1)
 
 
-def encode(values, indices, n, encoding="native", header_digest=0, ascending=False):
+def encode(values, indices, n, encoding="native", header_digest=0, ascending=False, form=None):
     """Packs ``values`` found at distinct int32 ``indices`` of an ``n``-element gradient into
-    one payload, in the smallest format; ``ascending``: the indices are (else they are sorted,
-    and ``sent`` is in the order given)."""
+    one payload, in the smallest format (or in ``form``, one of ``formats.FORMATS``: no pricing);
+    ``ascending``: the indices are (else they are sorted, and ``sent`` is in the order given)."""
     wire = wire_dtype(values.dtype, encoding)
     on_wire = tf.cast(_clip_to(values, wire), wire)
-    payload, form = formats.encode(on_wire, indices, n, header_digest, ascending=ascending)
+    payload, form = formats.encode(on_wire, indices, n, header_digest, form=form, ascending=ascending)
     return Encoded(payload, tf.cast(on_wire, values.dtype), form)
 
 

@@ -24,6 +24,7 @@ HEADER_BYTES = 9
 DENSE = 0
 GAP_WIDTHS = tuple(range(1, 17)) + (32,)
 FORMATS = (DENSE,) + GAP_WIDTHS  # the header's format byte, in order of preference among equals
+WORD_GAPS = 32  # one 32-bit gap per value: the format of a payload too small to price
 SAMPLE = 4096  # gaps that price the formats: all up to this many, else a strided sample
 
 

@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from hvd_gradpart import branch, exchange, fused, metrics
+from hvd_gradpart import branch, exchange, formats, fused, metrics
 from hvd_gradpart.compressors.base import BaseCompressor, Context, elements
 
 
@@ -284,7 +284,8 @@ class SparseCompressor(BaseCompressor):
         """The payload of ``values`` at the first positions, sent in place of a selection, and
         ``_sparse``'s counts of it (no value counted as sent); records the bytes."""
         n = elements(grad)
-        encoded = exchange.encode(values, tf.range(tf.size(values)), n, self.value_encoding, header, ascending=True)
+        encoded = exchange.encode(values, tf.range(tf.size(values)), n, self.value_encoding, header, ascending=True,
+                                  form=formats.WORD_GAPS)
         sent = exchange.sent_bytes(encoded.payload, opens_group)
         metrics.record(view.metrics, elements=n, dense_bytes=n * grad.dtype.size, sent_elements=0, sent_bytes=sent,
                        wire_format=encoded.format)
