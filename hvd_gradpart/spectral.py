@@ -150,8 +150,7 @@ class SpectralKey(tf.Module):
             q_sum = hvd.allreduce(tf.concat([mine, taken], 0), op=hvd.Sum)
             finite = tf.reduce_all(tf.math.is_finite(p)) & tf.reduce_all(tf.math.is_finite(q_sum))
             energies, q_sum = tf.cast(q_sum[self.fan_in], tf.float64), q_sum[:self.fan_in]
-            flat = lambda x: tf.reshape(x, [-1])
-            total = flat(tf.matmul(q_sum, p, transpose_b=True))
+            total = tf.reshape(tf.matmul(q_sum, p, transpose_b=True), [-1])
             return tf.cond(finite, lambda: self._taken(grad, acc_t, p, mine, q_sum, energies, coordinates,
                                                        width, warming, total, outliers),
                            lambda: (grad, residual, total, tf.zeros([], tf.float64), tf.zeros([], tf.int32)))
