@@ -24,11 +24,12 @@ def step_figures(raw, last_began):
         ``(began, figures)``: this step's first ``began``, and ``{step_s, link_s, compress_s,
         dense, sent_bytes, values, capped, elements, captured, log_worth, trained}`` (``step_s``
         0 when unknown; ``trained`` 0 when a gradient's accumulated energy was not finite: the
-        step sent NaN in its place and every rank's optimizer skipped it; ``compress_s`` the compress passes' time, summed over gradients; ``capped``
-        the values offered over those sent, a geometric mean over gradients by size: the
-        ceiling holds for the bulk of the gradient when it is well above 1; ``captured`` the
-        share of the accumulated energy sent, by size over the sparse gradients, one that sent
-        nothing at its share; ``log_worth`` the least sent value's, over those that sent).
+        step sent NaN in its place and every rank's optimizer skipped it; ``compress_s`` the
+        compress passes' time, summed over gradients; ``capped`` the values offered over those
+        sent, a geometric mean over gradients by size: the ceiling holds for the bulk of the
+        gradient when it is well above 1; ``captured`` the share of the accumulated energy sent,
+        by size over the sparse gradients, one that sent nothing at its share; ``log_worth`` the
+        least sent value's, over those that sent).
     """
     began = min(r[0] for r in raw)
     link_s = max(0.0, max(r[2] for r in raw) - max(r[1] for r in raw))
@@ -46,7 +47,7 @@ def step_figures(raw, last_began):
                    "compress_s": sum(max(r[1] - r[0], 0.0) for r in raw),
                    "dense": 1.0 if any(r[10] > 0.5 for r in raw) else 0.0, "sent_bytes": total(3),
                    "values": total(4), "capped": capped, "elements": elements, "captured": captured,
-                   "log_worth": log_worth, "trained": 1.0 if all(math.isfinite(r[7]) for r in raw) else 0.0}
+                   "log_worth": log_worth, "trained": float(all(math.isfinite(r[7]) for r in raw))}
 
 
 def smoothed(old, new, config):
@@ -64,8 +65,9 @@ CARRIED = ("valid", "step_id", "step_s", "link_s", "link_sq", "compress_s", "den
 def carried(step_id, figures):
     """What the first marker carries of this rank's ``step_figures`` (``CARRIED``, in order):
     valid when the step's time is known and it trained."""
-    return [1.0 if figures["step_s"] > 0.0 and figures["trained"] else 0.0, float(step_id), figures["step_s"], figures["link_s"],
-            figures["link_s"] ** 2] + [figures[name] for name in CARRIED[5:]]
+    valid = figures["step_s"] > 0.0 and figures["trained"] > 0.5
+    return ([float(valid), float(step_id), figures["step_s"], figures["link_s"], figures["link_s"] ** 2]
+            + [figures[name] for name in CARRIED[5:]])
 
 
 def shared_figures(means):

@@ -116,8 +116,8 @@ class GradPartCompressor(LinkAwareCompressor):
                         ("total_sent_elements", values)):
             figures[name].assign_add(x, read_value=False)
 
-    def slot_view(self, slot, grad, what="the gradient", split=None):
-        view = super().slot_view(slot, grad, what, split)
+    def slot_view(self, slot, grad, split=None):
+        view = super().slot_view(slot, grad, split)
         if split is None:
             return view
         return view._replace(key_energy=split.energy, quiet=None if self.research.outliers else split.width > 0)

@@ -96,7 +96,7 @@ class LinkAwareCompressor(SparseCompressor):
         tail = exchange.marker()
         if first:
             tail = tf.concat([tail, tf.cast(now[2:], exchange.MARKER_DTYPE)], 0)
-        view = self.slot_view(slot, grad, described.what, split)
+        view = self.slot_view(slot, grad, split)
         values, payload, residual = self._shared_step(
             view, view_grad(grad, split), dense, began, budget.stamps_of(slot.key), budget.config.drain,
             self.unfolded(described.header), self.opens_group())

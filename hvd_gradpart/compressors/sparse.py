@@ -44,7 +44,6 @@ class SlotView(NamedTuple):
     inputs: dict           # name -> what ``accumulate`` gets (``SparseCompressor.inputs``)
     metrics: dict          # name -> its metrics variable (``TensorMetrics.values``), every name declared
     price: tf.Tensor       # float64: the link's price of a sent value, nats (0 when not priced)
-    what: tf.Tensor        # tf.string: the gradient, as errors name it
     quiet: tf.Tensor = None  # bool: send nothing this step, keep it all (None: never)
     key_energy: tf.Tensor = None  # float64: what a spectral key area sent of its energy (None: none)
 
@@ -164,12 +163,12 @@ class SparseCompressor(BaseCompressor):
 
     # The step ---------------------------------------------------------------
 
-    def slot_view(self, slot, grad, what="the gradient", split=None):
+    def slot_view(self, slot, grad, split=None):
         """``SlotView`` of ``slot`` for a step on the flat ``grad``, or on ``split``'s sparse part."""
         slot.metrics.declare(metrics.COUNTERS + ("wire_format",) + self.DIAGNOSTICS)
         residual = slot.residual.value() if split is None else split.residual
         return SlotView(residual, dict(slot.state), self.inputs(slot, view_grad(grad, split)),
-                        dict(slot.metrics.values), self.price(slot), self.unfolded(what))
+                        dict(slot.metrics.values), self.price(slot))
 
     def opens_group(self):
         """Whether the payload queued next opens its graph's group, as a shared step takes it."""
@@ -212,7 +211,7 @@ class SparseCompressor(BaseCompressor):
         described = self.describe(tensor, slot)
         grad = tf.reshape(tensor, [-1])
         split = self.split(slot, tensor, grad)
-        view = self.slot_view(slot, grad, described.what, split)
+        view = self.slot_view(slot, grad, split)
         payload, _, residual = self._shared_sparse(view, view_grad(grad, split), described.header, self.opens_group())
         slot.residual.assign(residual, read_value=False)
         self.after_split(slot, split)
