@@ -53,7 +53,6 @@ class Split(NamedTuple):
     residual: tf.Tensor  # the residual's part in the sparse area: with ``grad``, what the sparse area may send
     total: tf.Tensor     # the key area's sum over ranks (flat; zeros when no direction went)
     width: tf.Tensor     # int32: the directions sent this step
-    energy: tf.Tensor    # float64: the energy this rank's key area took out of its accumulated values
 
 
 def matrix_shape(shape, max_rank):
@@ -153,18 +152,16 @@ class SpectralKey(tf.Module):
             total = tf.reshape(tf.matmul(q_sum, p, transpose_b=True), [-1])
             return tf.cond(finite, lambda: self._taken(grad, acc_t, p, mine, q_sum, energies, coordinates,
                                                        width, warming, total, outliers),
-                           lambda: (grad, residual, total, tf.zeros([], tf.float64), tf.zeros([], tf.int32)))
+                           lambda: (grad, residual, total, tf.zeros([], tf.int32)))
 
         def coordinates():
-            return grad, residual, tf.zeros_like(grad), tf.zeros([], tf.float64), width
+            return grad, residual, tf.zeros_like(grad), width
 
-        fresh, kept, total, energy, sent = tf.cond(width > 0, spectral, coordinates)
-        return Split(fresh, kept, total, sent, energy)
+        return Split(*tf.cond(width > 0, spectral, coordinates))
 
     def _taken(self, grad, acc_t, p, mine, q_sum, energies, coordinates, width, warming, total, outliers):
         """``split``'s parts once the factors' sums are finite: stores the next ``Q``, width and
-        cap; returns the sparse area's gradient and residual, ``total``, the energy taken and
-        ``width``."""
+        cap; returns the sparse area's gradient and residual, ``total`` and ``width``."""
         order = tf.argsort(energies, direction="DESCENDING")
         width_next, cap = next_width(tf.gather(energies, order), coordinates, width, self.cap)
         self.width.assign(tf.maximum(width_next, warming), read_value=False)
@@ -173,12 +170,11 @@ class SpectralKey(tf.Module):
         self.q.assign(tf.concat([tf.gather(q_sum, order, axis=1) / ranks, self.q[:, width:]], 1), read_value=False)
         flat = lambda x: tf.reshape(x, [-1])
         kept = flat(acc_t - tf.matmul(mine, p, transpose_b=True))
-        energy = tf.cast(tf.reduce_sum(tf.square(mine)), tf.float64)
         if not outliers:
-            return tf.zeros_like(kept), kept, total, energy, width
+            return tf.zeros_like(kept), kept, total, width
         grad_t = tf.reshape(grad, [self.fan_in, self.out])
         fresh = flat(grad_t - tf.matmul(tf.matmul(grad_t, p), p, transpose_b=True))
-        return fresh, kept - fresh, total, energy, width
+        return fresh, kept - fresh, total, width
 
     def sent_bytes(self, width):
         """The bytes this rank sent for the factors at ``width`` (float64)."""

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hvd_gradpart.budget import DEFAULT, Budget, clock, controller
-from hvd_gradpart.budget.bandwidth import value_s
+from hvd_gradpart.budget.bandwidth import step_value_s, value_s
 
 VALUE_BYTES = 3.3  # bytes a sent value costs on the wire at 0.3-3 %, all counted
 
@@ -17,15 +17,14 @@ class Feeder:
     def __init__(self, elements=1_000_000):
         self.state, self.step, self.elements = controller.State(), 0, elements
 
-    def __call__(self, step_s, link_s, values=0.0, dense=False, offered=None, captured=0.1, log_worth=1.0,
-                 compress_s=0.0):
+    def __call__(self, step_s, link_s, values=0.0, dense=False, offered=None, compress_s=0.0):
         capped = (values if offered is None else offered) / values if values else 1.0
         self.step += 1
         self.state = controller.update(self.state, {
             "step_id": self.step, "step_s": step_s, "link_s": link_s, "compress_s": compress_s,
             "dense": 1.0 if dense else 0.0,
             "sent_bytes": values * VALUE_BYTES, "values": values, "capped": capped,
-            "elements": self.elements, "captured": captured, "log_worth": log_worth}, DEFAULT)
+            "elements": self.elements}, DEFAULT)
         return self.state
 
 
@@ -36,7 +35,7 @@ def sparse_step(bandwidth, values, other_s=0.02, fixed_s=0.004):
 
 
 def test_the_state_round_trips_through_its_vector():
-    state = controller.State(price=-3.5, sparse_s=0.04, fit=[1.0, 2.0, 3.0, 4.0, 5.0])
+    state = controller.State(price=-3.5, sparse_s=0.04, fit=[1.0, 2.0, 3.0, 4.0, 5.0], work_fit=[6.0, 7.0, 8.0, 9.0, 10.0])
     assert controller.State.of(state.vector()) == state
 
 
@@ -47,8 +46,7 @@ def test_a_step_already_folded_in_changes_nothing():
     before = feed.state
     again = controller.update(before, {"step_id": feed.step, "step_s": 9.0, "link_s": 9.0, "compress_s": 0.0,
                                        "dense": 1.0,
-                                       "sent_bytes": 0.0, "values": 0.0, "capped": 1.0, "elements": 1.0,
-                                       "captured": 0.0, "log_worth": 0.0}, DEFAULT)
+                                       "sent_bytes": 0.0, "values": 0.0, "capped": 1.0, "elements": 1.0}, DEFAULT)
     assert again == before
 
 
@@ -80,29 +78,52 @@ def test_payloads_of_one_size_give_an_upper_bound_of_a_value_s_time():
     assert value_s(feed.state, DEFAULT) > 0.0
 
 
-def test_the_price_moves_toward_the_marginal_value_s_worth_and_no_faster_than_its_limit():
+def test_the_step_line_tells_what_a_value_costs_the_step_link_and_cpu_alike():
+    feed = Feeder()
+    counts = [5_000, 10_000, 20_000, 15_000, 30_000]
+    for i in range(30):  # 100 Mbit/s, and 0.5 us of CPU per value sent (compaction, coding, decode)
+        link = 0.004 + counts[i % 5] * VALUE_BYTES / 1.25e7
+        feed(0.02 + link + 5e-7 * counts[i % 5], link, values=counts[i % 5])
+    assert value_s(feed.state, DEFAULT) == pytest.approx(VALUE_BYTES / 1.25e7, rel=0.01)
+    assert step_value_s(feed.state, DEFAULT) == pytest.approx(VALUE_BYTES / 1.25e7 + 5e-7, rel=0.01)
+
+
+def test_the_cpu_a_value_adds_holds_while_the_values_vary_too_little_to_tell():
+    feed = Feeder()
+    for _ in range(20):  # one count every step: nothing told yet, the CPU counts as free
+        feed(*sparse_step(1.25e7, 10_000), values=10_000, compress_s=0.005)
+    assert step_value_s(feed.state, DEFAULT) == value_s(feed.state, DEFAULT)
+    counts = [5_000, 10_000, 20_000, 15_000, 30_000]
+    for i in range(60):  # the counts vary: 1 us of CPU per value shows
+        feed(*sparse_step(1.25e7, counts[i % 5], other_s=0.02 + 1e-6 * counts[i % 5]), values=counts[i % 5])
+    told = step_value_s(feed.state, DEFAULT) - value_s(feed.state, DEFAULT)
+    assert told == pytest.approx(1e-6, rel=0.02)
+    for _ in range(30):  # one count again: the last slope holds
+        feed(*sparse_step(1.25e7, 10_000, other_s=0.03), values=10_000)
+    assert step_value_s(feed.state, DEFAULT) - value_s(feed.state, DEFAULT) == pytest.approx(told, rel=0.01)
+
+
+@pytest.mark.parametrize("bandwidth, moves", [(1e10, "down"), (1.25e6, "up")])
+def test_the_price_moves_toward_the_values_share_of_the_step_and_no_faster_than_its_limit(bandwidth, moves):
     feed = Feeder()
     counts = [5_000, 10_000, 20_000, 15_000, 30_000]
     prices = []
-    for i in range(40):  # worth e**3 against kappa = N c P / S, about 0.26 / 0.04 * 0.1 = 0.7
-        feed(*sparse_step(1.25e7, counts[i % 5]), values=counts[i % 5], log_worth=3.0)
+    for i in range(40):  # 10 GB/s: the values cost nothing; 10 Mbit/s: 85 % of the step
+        feed(*sparse_step(bandwidth, counts[i % 5]), values=counts[i % 5])
         prices.append(feed.state.price)
-    assert prices[-1] < prices[5] < 0.0  # worth more than its time: the price falls, more travels
+    assert (prices[-1] < prices[5] < 0.0) if moves == "down" else (prices[-1] > max(prices[5], 0.0))
     assert max(abs(a - b) for a, b in zip(prices, prices[1:])) <= DEFAULT.max_move + 1e-12
-    for i in range(200):  # on 10 Mbit/s, a marginal worth of 1 no longer pays for its time
-        feed(*sparse_step(1.25e6, counts[i % 5]), values=counts[i % 5], log_worth=0.0, captured=0.5)
-    assert feed.state.price > 0.0
 
 
 def test_the_ceiling_holding_stops_the_price_before_the_offer_runs_away():
     feed = Feeder()
-    for _ in range(200):  # the rule offers 5x what the ceiling lets through; every value is worth it
-        feed(*sparse_step(1e10, 20_000), values=20_000, offered=100_000, log_worth=5.0)
+    for _ in range(200):  # the rule offers 5x what the ceiling lets through; the values cost nothing
+        feed(*sparse_step(1e10, 20_000), values=20_000, offered=100_000)
     assert feed.state.price > -DEFAULT.price_limit + 1.0
     assert feed.state.price == pytest.approx(DEFAULT.price_limit)  # nothing more to buy: it rises
     held = Feeder()
     for _ in range(50):  # 2x the ceiling on offer: the price holds where it is
-        held(*sparse_step(1e10, 20_000), values=20_000, offered=40_000, log_worth=5.0)
+        held(*sparse_step(1e10, 20_000), values=20_000, offered=40_000)
     assert held.state.price == 0.0
 
 
@@ -168,8 +189,8 @@ def test_an_evaluation_pause_does_not_swing_the_step_time():
 
 def test_the_link_time_is_the_last_rank_s_not_the_wait_of_the_first():
     # rank 0 reached the collective 45 ms early (its peer computed longer): link 50 ms and 5 ms
-    ranks = [clock.carried(7, {"step_s": 0.07, "link_s": link, "compress_s": 0.01, "dense": 0.0, "sent_bytes": 1.0, "values": 1.0,
-                               "capped": 1.0, "elements": 10.0, "captured": 0.5, "log_worth": 1.0, "trained": 1.0})
+    ranks = [clock.carried(7, {"step_s": 0.07, "link_s": link, "compress_s": 0.01, "dense": 0.0, "sent_bytes": 1.0,
+                               "values": 1.0, "capped": 1.0, "elements": 10.0, "trained": 1.0})
              for link in (0.05, 0.005)]
     means = np.mean(np.array(ranks), axis=0).tolist()
     shared = clock.shared_figures(means)
@@ -177,31 +198,21 @@ def test_the_link_time_is_the_last_rank_s_not_the_wait_of_the_first():
 
 
 def test_a_rank_s_step_figures_come_from_every_gradient_s_stamps():
-    # began, left, arrived, sent bytes, values, offered, elements, acc energy, sent energy, least^2, dense
-    raw = [[10.00, 10.02, 10.05, 330.0, 100, 120, 1000, 50.0, 10.0, 0.2, 0.0],
-           [10.01, 10.03, 10.04, 33.0, 10, 10, 3000, 30.0, 3.0, 0.1, 0.0]]
+    # began, left, arrived, sent bytes, values, offered, elements, acc energy, least^2, dense
+    raw = [[10.00, 10.02, 10.05, 330.0, 100, 120, 1000, 50.0, 0.2, 0.0],
+           [10.01, 10.03, 10.04, 33.0, 10, 10, 3000, 30.0, 0.1, 0.0],
+           [10.015, 10.025, 10.045, 0.0, 0, 0, 500, 30.0, float("inf"), 0.0]]  # sent nothing: not in capped
     began, f = clock.step_figures(raw, last_began=9.95)
-    assert began == 10.0 and f["step_s"] == pytest.approx(0.05) and f["compress_s"] == pytest.approx(0.04)
+    assert began == 10.0 and f["step_s"] == pytest.approx(0.05) and f["compress_s"] == pytest.approx(0.05)
     assert f["link_s"] == pytest.approx(10.05 - 10.03)  # the last arrival after the last hand-over
-    assert f["values"] == 110 and f["elements"] == 4000
+    assert f["values"] == 110 and f["elements"] == 4500 and f["trained"] == 1.0
     assert f["capped"] == pytest.approx((120 / 100) ** 0.25)  # the large tensor was not capped
-    assert f["captured"] == pytest.approx((1000 * 0.2 + 3000 * 0.1) / 4000)
-    worth = (1000 * math.log(0.2 * 1000 / 50.0) + 3000 * math.log(0.1 * 3000 / 30.0)) / 4000
-    assert f["log_worth"] == pytest.approx(worth)
-
-
-def test_a_gradient_that_sent_only_its_key_area_counts_in_the_progress_not_in_the_worth():
-    raw = [[10.00, 10.02, 10.05, 330.0, 100, 120, 1000, 50.0, 10.0, 0.2, 0.0],
-           [10.01, 10.03, 10.04, 0.0, 0, 0, 3000, 30.0, 24.0, float("inf"), 0.0]]  # quiet: the key area's 24
-    _, f = clock.step_figures(raw, last_began=9.95)
-    assert f["captured"] == pytest.approx((1000 * 0.2 + 3000 * 0.8) / 4000)
-    assert f["log_worth"] == pytest.approx(math.log(0.2 * 1000 / 50.0)) and f["capped"] == pytest.approx(1.2)
 
 
 def test_a_step_with_a_gradient_not_finite_is_carried_as_not_valid():
     # rank 1's second gradient overflowed: it sent one NaN, its accumulated energy is Inf
-    raw = [[10.00, 10.02, 10.05, 330.0, 100, 120, 1000, 50.0, 10.0, 0.2, 0.0],
-           [10.01, 10.03, 10.04, 17.0, 0, 0, 3000, float("inf"), 0.0, float("inf"), 0.0]]
+    raw = [[10.00, 10.02, 10.05, 330.0, 100, 120, 1000, 50.0, 0.2, 0.0],
+           [10.01, 10.03, 10.04, 17.0, 0, 0, 3000, float("inf"), float("inf"), 0.0]]
     _, f = clock.step_figures(raw, last_began=9.95)
     assert f["trained"] == 0.0 and f["step_s"] == pytest.approx(0.05)
     assert clock.carried(3, f)[0] == 0.0
@@ -219,11 +230,11 @@ def test_the_controller_folds_a_step_only_when_every_rank_carried_it_valid(valid
     assert controller.State.of(budget.state.numpy()).step_id == (5 if folded else 0)
 
 
-def closed_loop(n, steps, bandwidth, seed=0):
+def closed_loop(n, steps, bandwidth, cpu_s=0.0, seed=0):
     """The controller driving a stand-in for the entropy rule under error feedback (Laplace
     gradients, threshold exp(h) (log n + price), floor and 2 % ceiling guards) on a link of 4 ms
-    fixed cost and ``bandwidth(step)``; a step computes 20 ms. Returns the feeder, the step times
-    and the densities sent."""
+    fixed cost and ``bandwidth(step)``; a step computes 20 ms and ``cpu_s`` per value sent.
+    Returns the feeder, the step times and the densities sent."""
     rng = np.random.default_rng(seed)
     feed = Feeder(elements=n)
     residual, times, densities = np.zeros(n), [], []
@@ -233,13 +244,12 @@ def closed_loop(n, steps, bandwidth, seed=0):
         offered = int((np.abs(acc) > tau).sum())
         k = int(np.clip(offered, math.ceil(1e-4 * n), 0.02 * n))
         sent = np.argpartition(-np.abs(acc), k)[:k]
-        energy, squares = float(np.sum(acc ** 2)), acc[sent] ** 2
         residual = acc.copy()
         residual[sent] = 0.0
         link = 0.004 + k * VALUE_BYTES / bandwidth(step) + rng.normal(0.0, 5e-4)
-        feed(0.02 + link, link, values=k, offered=offered, captured=float(squares.sum()) / energy,
-             log_worth=math.log(float(squares.min()) * n / energy))
-        times.append(0.02 + link)
+        step_s = 0.02 + link + cpu_s * k + rng.normal(0.0, 1e-3)
+        feed(step_s, link, values=k, offered=offered, compress_s=0.005 + cpu_s * k / 2)
+        times.append(step_s)
         densities.append(k / n)
     return feed, times, densities
 
@@ -250,13 +260,26 @@ def test_in_a_closed_loop_the_density_moves_smoothly():
     assert max(jumps) < 10.0, max(jumps)  # error feedback alternates full and light steps, no more
 
 
-def test_in_a_closed_loop_a_slower_link_raises_what_a_value_must_be_worth():
-    feed, times, _ = closed_loop(200_000, 200, lambda step: 1.25e7 if step < 100 else 1.25e6)
-    fast_kappa = feed.state.kappa
+def test_in_a_closed_loop_the_values_settle_at_their_share_of_the_step():
+    feed, times, densities = closed_loop(200_000, 200, lambda step: 2.5e6)
+    tail = densities[-50:]
+    cost = statistics.median(times[-50:]) - 0.024  # the part of the step its values cost
+    assert 0.5 * DEFAULT.elasticity < cost / statistics.median(times[-50:]) < 2 * DEFAULT.elasticity
+    assert min(tail) > 1e-4 and max(tail) < 0.02  # neither the floor nor the ceiling
+
+
+def test_in_a_closed_loop_a_slower_link_or_a_dearer_value_lowers_the_density():
+    settled = lambda densities: statistics.median(densities[-60:])
+    _, _, at_20 = closed_loop(200_000, 200, lambda step: 2.5e6)
+    _, _, at_10 = closed_loop(200_000, 200, lambda step: 1.25e6)
+    assert 1.5 < settled(at_20) / settled(at_10) < 2.5  # half the bandwidth, about half the values
+    _, _, fast = closed_loop(200_000, 200, lambda step: 1.25e7)
+    feed, times, slowed = closed_loop(200_000, 200, lambda step: 1.25e7 if step < 100 else 1.25e6)
     assert value_s(feed.state, DEFAULT) == pytest.approx(VALUE_BYTES / 1.25e6, rel=0.3)
     assert all(math.isfinite(t) for t in times)
-    feed_fast, _, _ = closed_loop(200_000, 100, lambda step: 1.25e7)
-    assert fast_kappa > 3 * feed_fast.state.kappa
+    assert settled(slowed) < settled(fast) / 2
+    _, _, dear = closed_loop(200_000, 200, lambda step: 1.25e7, cpu_s=2e-6)  # 2 us of CPU per value
+    assert settled(dear) < settled(fast) / 2
 
 
 def test_no_gradient_s_cond_waits_for_another_s_on_horovod_s_per_tensor_path():

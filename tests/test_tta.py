@@ -44,7 +44,7 @@ def test_dry_run_plans_link_by_link_none_first_every_registered_method_and_the_g
     lines, summary = plan_lines(capsys, "--models", "mlp", "lenet5", "--links", "100mbit", "20mbit",
                                 "--results", str(tmp_path))
     methods = ["none", *sorted(n for n in COMPRESSORS if n not in ("none", "gradpart")), "gradpart",
-               "topk-0.1%", "topk-0.3%", "topk-3%", "topk-10%"]  # topk (1 %, its default) is the grid's 1 %
+               "topk-0.03%", "topk-0.1%", "topk-0.3%", "topk-3%", "topk-10%"]  # topk (1 %, its default) is the grid's 1 %
     assert len(lines) == 2 * 2 * 3 * len(methods)
     expected = [(link, model, f"seed{s}", m) for link in ("100mbit", "20mbit") for model in ("mlp", "lenet5")
                 for s in (0, 1, 2) for m in methods]
@@ -63,7 +63,7 @@ def test_defaults_cover_the_whole_matrix(tmp_path, capsys):
     lines, _ = plan_lines(capsys, "--results", str(tmp_path))
     assert {ln[2] for ln in lines} == {"10gbit", "100mbit", "20mbit", "10mbit"}
     assert {ln[1] for ln in lines} == {"mlp", "lenet5", "resnet20", "mobilenetv2"}
-    assert len(lines) == 4 * 4 * 3 * (len(COMPRESSORS) + 4)
+    assert len(lines) == 4 * 4 * 3 * (len(COMPRESSORS) + 5)
 
 
 @pytest.mark.parametrize("args, says", [

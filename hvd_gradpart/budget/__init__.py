@@ -3,8 +3,8 @@
 GradPart's entropy rule decides *which* values are worth sending; the budget decides *how
 many*, from what the running job measures, and whether a step hands Horovod the whole
 gradient instead. Its parts: ``clock`` (a step's time and exposed link time), ``bandwidth``
-(a sent value's link time, a dense step's), ``price`` (the objective: progress per second,
-progress read as the share of the accumulated energy that travels), ``mode`` (dense or
+(a sent value's link and step time, a dense step's), ``price`` (the objective: the values
+sent cost the share of a step that minimises steps times step time), ``mode`` (dense or
 sparse, with hysteresis), ``controller`` (their state and the one update), ``config``.
 
 One writer, so Horovod's per-gradient conds stay apart: a gradient's branch writes only
@@ -27,14 +27,15 @@ from hvd_gradpart.budget import clock, controller
 from hvd_gradpart.budget.config import DEFAULT, Config
 from hvd_gradpart.memory import creating_slot_variables, function_graph
 
-STAMPS = 11  # a gradient's stamps: began, left, arrived, sent bytes, values, offered, elements,
-             # accumulated energy, sent energy, least sent value squared, dense
+STAMPS = 10  # a gradient's stamps: began, left, arrived, sent bytes, values, offered, elements,
+             # accumulated energy, least sent value squared, dense
 FIGURES = len(clock.CARRIED)  # what the first marker carries (``clock.carried``)
+HEAD = 3  # the call-time value's dense flag, price and log of the elements the step's gradients hold
 ARRIVED = 2
-LEAST = 9  # the least sent value squared
+LEAST = 8  # the least sent value squared
 ALL_VALID = 0.999  # the mean over ranks of the carried "valid" flags when every rank's is 1
 
-__all__ = ["Budget", "Config", "DEFAULT", "FIGURES", "LEAST", "STAMPS"]
+__all__ = ["Budget", "Config", "DEFAULT", "FIGURES", "HEAD", "LEAST", "STAMPS"]
 
 
 class Budget(tf.Module):
@@ -55,6 +56,7 @@ class Budget(tf.Module):
                                      name="state")
             self.shared = tf.Variable(tf.zeros([FIGURES], tf.float64), trainable=False, name="shared")
         self.stamps = {}  # slot key -> its stamps variable
+        self.elements = {}  # slot key -> its gradient's elements
         self._first = weakref.WeakKeyDictionary()  # graph -> the key of its first gradient
         self._calls = weakref.WeakKeyDictionary()  # graph -> its call-time value
         self._last_began, self._step, self._collect = 0.0, 0, None
@@ -80,8 +82,9 @@ class Budget(tf.Module):
     # At call time (eager, before each run of the traced step) ------------------------------
 
     def _at_call(self):
-        """``[dense, price, *figures]``: this step's mode and price, and this rank's figures
-        of the last step, which the first marker carries."""
+        """``[dense, price, log N, *figures]``: this step's mode and price, the log of the
+        elements its gradients hold, and this rank's figures of the last step, which the first
+        marker carries."""
         figures = np.zeros([FIGURES])
         if self.stamps:
             if self._collect is None or len(self._collect.variables) != len(self.stamps):
@@ -99,25 +102,30 @@ class Budget(tf.Module):
         if shared[0] > ALL_VALID and shared[1] > state.step_id:
             state = controller.update(state, clock.shared_figures(shared.tolist()), self.config)
             self.state.assign(state.vector())
-        return tf.constant([state.dense, state.price, *figures], tf.float64)
+        scope = np.log(max(sum(self.elements.values()), 1))
+        return tf.constant([state.dense, state.price, scope, *figures], tf.float64)
 
     # While tracing (called by the compressor) ------------------------------------------------
 
     def now(self):
-        """The call-time value of the step being traced: ``[dense, price, *figures]`` (float64)."""
+        """The call-time value of the step being traced: ``[dense, price, log N, *figures]``
+        (float64, ``HEAD`` values before the figures)."""
         graph = function_graph()
         if graph not in self._calls:
             self._calls[graph] = graph.capture_call_time_value(
-                self._at_call, tf.TensorSpec([2 + FIGURES], tf.float64), key=("hvd_gradpart.budget", id(self)),
-                default_value=tf.constant([0.0] * (2 + FIGURES), tf.float64))
+                self._at_call, tf.TensorSpec([HEAD + FIGURES], tf.float64), key=("hvd_gradpart.budget", id(self)),
+                default_value=tf.constant([0.0] * (HEAD + FIGURES), tf.float64))
         return self._calls[graph]
 
     def first(self, graph, key):
         """Whether the gradient ``key`` is the first ``graph`` traced (its marker carries the figures)."""
         return self._first.setdefault(graph, key) == key
 
-    def stamps_of(self, key):
-        """The stamps variable of gradient ``key``, made on first use."""
+    def stamps_of(self, key, elements=None):
+        """The stamps variable of gradient ``key``, made on first use (``elements``: its size,
+        counted in the step's while tracing)."""
+        if elements is not None:
+            self.elements[key] = elements
         if key not in self.stamps:
             with tf.init_scope(), creating_slot_variables():
                 self.stamps[key] = tf.Variable(tf.zeros([STAMPS], tf.float64), trainable=False,
@@ -127,7 +135,7 @@ class Budget(tf.Module):
     @staticmethod
     def left(stamps, began, after, counts, dense, elements):
         """A ``compress`` ended once ``after`` exists: stamps its times and ``counts`` (sent
-        bytes, values, offered, accumulated energy, sent energy, least value squared) into its
+        bytes, values, offered, accumulated energy, least value squared) into its
         gradient's ``stamps`` variable (``stamps_of``). Returns ``after``."""
         with tf.control_dependencies(tf.nest.flatten(after)):
             left = tf.timestamp()

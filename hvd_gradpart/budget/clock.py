@@ -17,37 +17,30 @@ def step_figures(raw, last_began):
 
     Args:
         raw: per gradient ``[began, left, arrived, sent_bytes, values, offered, elements,
-            acc_energy, sent_energy, marginal_sq, dense]`` of the last step.
+            acc_energy, marginal_sq, dense]`` of the last step.
         last_began: the step before's first ``began`` (0: none yet).
 
     Returns:
         ``(began, figures)``: this step's first ``began``, and ``{step_s, link_s, compress_s,
-        dense, sent_bytes, values, capped, elements, captured, log_worth, trained}`` (``step_s``
+        dense, sent_bytes, values, capped, elements, trained}`` (``step_s``
         0 when unknown; ``trained`` 0 when a gradient's accumulated energy was not finite: the
         step sent NaN in its place and every rank's optimizer skipped it; ``compress_s`` the
         compress passes' time, summed over gradients; ``capped`` the values offered over those
-        sent, a geometric mean over gradients by size: the ceiling holds for the bulk of the
-        gradient when it is well above 1; ``captured`` the share of the accumulated energy sent,
-        by size over the sparse gradients, one that sent nothing at its share; ``log_worth`` the
-        least sent value's, over those that sent).
+        sent, a geometric mean over the gradients that sent, by size: the ceiling holds for the
+        bulk of the gradient when it is well above 1).
     """
     began = min(r[0] for r in raw)
     link_s = max(0.0, max(r[2] for r in raw) - max(r[1] for r in raw))
     total = lambda i: sum(r[i] for r in raw)
     elements = total(6)
-    progressing = [r for r in raw if r[7] > 0.0 and r[10] < 0.5]
-    energetic = [r for r in progressing if r[4] > 0.0]
-    share = sum(r[6] for r in progressing)
-    captured = sum(r[6] * min(r[8] / r[7], 1.0) for r in progressing) / share if share else 0.0
-    weight = sum(r[6] for r in energetic)
-    log_worth = (sum(r[6] * math.log(max(r[9] * r[6] / r[7], 1e-30)) for r in energetic) / weight
-                 if weight else 0.0)
-    capped = math.exp(sum(r[6] * math.log(max(r[5], r[4]) / r[4]) for r in energetic) / weight) if weight else 1.0
+    sending = [r for r in raw if r[4] > 0.0 and r[9] < 0.5]
+    weight = sum(r[6] for r in sending)
+    capped = math.exp(sum(r[6] * math.log(max(r[5], r[4]) / r[4]) for r in sending) / weight) if weight else 1.0
     return began, {"step_s": began - last_began if last_began > 0.0 else 0.0, "link_s": link_s,
                    "compress_s": sum(max(r[1] - r[0], 0.0) for r in raw),
-                   "dense": 1.0 if any(r[10] > 0.5 for r in raw) else 0.0, "sent_bytes": total(3),
-                   "values": total(4), "capped": capped, "elements": elements, "captured": captured,
-                   "log_worth": log_worth, "trained": float(all(math.isfinite(r[7]) for r in raw))}
+                   "dense": 1.0 if any(r[9] > 0.5 for r in raw) else 0.0, "sent_bytes": total(3),
+                   "values": total(4), "capped": capped, "elements": elements,
+                   "trained": float(all(math.isfinite(r[7]) for r in raw))}
 
 
 def smoothed(old, new, config):
@@ -59,7 +52,7 @@ def smoothed(old, new, config):
 
 
 CARRIED = ("valid", "step_id", "step_s", "link_s", "link_sq", "compress_s", "dense", "sent_bytes", "values",
-           "capped", "elements", "captured", "log_worth")
+           "capped", "elements")
 
 
 def carried(step_id, figures):

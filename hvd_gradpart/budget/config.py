@@ -11,7 +11,9 @@ class Config(NamedTuple):
     fading: float = 0.9           # weight of the past in the (values, link time) line (about 10 steps)
     fit_steps: float = 5.0        # faded steps the line needs ...
     fit_spread: float = 0.25      # ... and the spread of their values (std over mean), for a slope
-    gain: float = 1.0             # price move (nats) per e-fold of a marginal value's worth over its time
+    elasticity: float = 0.15      # steps to accuracy fall as density ** -elasticity (the Top-k grid's cells:
+                                  # 0.07-0.19), so the values sent cost this share of a step at the optimum
+    gain: float = 1.0             # price move (nats) per e-fold of the values' share of the step over that
     max_move: float = 0.25        # the most the price moves in one step, nats: density changes smoothly
     capped_at: float = 1.1        # offered over sent values beyond which the ceiling holds ...
     offer_limit: float = 3.0      # ... and beyond which the price rises (each candidate costs a compaction)

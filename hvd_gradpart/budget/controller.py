@@ -32,19 +32,24 @@ class State:
     value_bytes: float = 0.0    # bytes a sent value costs, all counted (smoothed)
     dense_link_s: float = 0.0   # a dense step's link time (smoothed)
     elements: float = 0.0       # elements a step exchanges
-    captured: float = 0.0       # share of the accumulated energy a sparse step sends (smoothed)
-    log_worth: float = 0.0      # the marginal value's log worth, last sparse step
-    kappa: float = 0.0          # the worth a value's link time asks for, last sparse step
-    fit: list = dataclasses.field(default_factory=lambda: [0.0] * 5)  # faded sums: 1, v, l, v*v, v*l
+    link_value_s: float = 0.0   # the link seconds a sent value costs (the link line's last slope)
+    work_value_s: float = 0.0   # the CPU seconds a sent value adds to a step (the work line's last slope)
+    share: float = 0.0          # the share of a sparse step's time its values cost, last sparse step
+    fit: list = dataclasses.field(default_factory=lambda: [0.0] * 5)       # faded sums: 1, v, link, v*v, v*link
+    work_fit: list = dataclasses.field(default_factory=lambda: [0.0] * 5)  # ... 1, v, work, v*v, v*work
+
+    LINES = ("fit", "work_fit")  # the list fields, five floats each, last in the vector
 
     def vector(self):
-        scalars = [getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "fit"]
-        return [float(v) for v in scalars + list(self.fit)]
+        scalars = [getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in self.LINES]
+        return [float(v) for v in scalars + [x for name in self.LINES for x in getattr(self, name)]]
 
     @classmethod
     def of(cls, vector):
         vector = [float(v) for v in vector]
-        return cls(*vector[:-5], fit=vector[-5:])
+        scalars = len(vector) - 5 * len(cls.LINES)
+        lines = {name: vector[scalars + 5 * i:scalars + 5 * (i + 1)] for i, name in enumerate(cls.LINES)}
+        return cls(*vector[:scalars], **lines)
 
 
 def update(state, figures, config):
@@ -98,13 +103,10 @@ def fold_sparse(state, figures, config):
     state.sparse_s = smoothed(state.sparse_s, step_s, config)
     state.other_s = smoothed(state.other_s, max(step_s - link_s, 0.0), config)
     state.compress_s = smoothed(state.compress_s, min(figures["compress_s"], max(step_s - link_s, 0.0)), config)
-    bandwidth.observe_sparse(state, link_s, figures["values"], figures["sent_bytes"], config)
-    state.captured = bandwidth.smoothed_raw(state.captured, figures["captured"], config, state.sparse_steps > 2)
+    bandwidth.observe_sparse(state, step_s, link_s, figures["values"], figures["sent_bytes"], config)
     if figures["values"] > 0.0:
-        state.log_worth = figures["log_worth"]
-        state.kappa = price.kappa(state.elements, bandwidth.value_s(state, config), state.captured, state.sparse_s)
-        state.price = price.moved(state.price, state.log_worth, state.kappa, config,
-                                  capped=figures["capped"])
+        state.share = price.value_share(bandwidth.step_value_s(state, config), state.values, state.sparse_s)
+        state.price = price.moved(state.price, state.share, config, capped=figures["capped"])
 
 
 def report(state, config):
@@ -114,5 +116,4 @@ def report(state, config):
             "step_ms": 1e3 * state.sparse_s, "dense_step_ms": 1e3 * state.dense_s,
             "other_ms": 1e3 * state.other_s, "fixed_ms": 1e3 * state.least_s, "values": state.values,
             "bandwidth_MBps": state.value_bytes / per_value / 1e6 if per_value > 0.0 else math.inf,
-            "captured": state.captured, "log_worth": state.log_worth,
-            "log_kappa": math.log(state.kappa) if state.kappa > 0.0 else -math.inf}
+            "value_us": 1e6 * bandwidth.step_value_s(state, config), "value_share": state.share}

@@ -1,39 +1,38 @@
-"""Price: the nats every area's position cost adds, set from what a sent value buys now.
+"""Price: the nats every area's position cost adds, set so the values sent cost their share of a step.
 
-Progress of a step is read as the share of the accumulated gradient's energy that travels,
-per tensor, weighted by its size: ``P = sum_t (n_t / N) * E_sent_t / E_acc_t``. A step
-takes ``S`` seconds; one more value costs ``c`` link seconds. Progress per second ``P / S``
-grows with one more value ``i`` of tensor ``t`` while its own share ``a_i**2 / (N m_t)``
-(``m_t = E_acc_t / n_t``, the tensor's mean square) beats ``c P / S``, i.e. while its
-*worth* ``a_i**2 / m_t`` beats ``kappa = N c P / S``. The marginal value sent is the
-smallest of each tensor's selection; its worth, averaged in log over the tensors by size,
-is compared with ``kappa``: a price too high leaves worthy values in the residual (the
-price falls), one too low sends values whose time buys less than the step's average (it
-rises). A residual that piles up (late training, a plateau) lowers ``P`` and so ``kappa``:
-the price falls and more travels; a gradient whose energy sits in few values keeps it
-high. The move is ``gain`` nats per e-fold of the gap, at most ``max_move`` a step. Where
-the density ceiling holds for the bulk of the gradient (the rule offered more than
-``capped_at`` times what was sent, a geometric mean over tensors by size) and
-values are still worth their time, the price holds: the ceiling's share then travels every
-step (its largest candidates), not a full step and a light one by turns, as error feedback
-makes of a rule held at its bound. It rises only while the offer exceeds ``offer_limit``
-times what was sent (each candidate costs the step a compaction).
+Time to accuracy is steps times a step's time. A step takes ``S = T0 + c V``: a part that
+does not depend on the values sent (the model's compute, the collectives' rounds, a call
+per tensor) and ``c`` seconds per value sent (its link time and the CPU work that grows with
+it: compaction, coding, every rank's decode), both measured in the running job
+(``bandwidth.step_value_s``). The steps to an accuracy fall with the density ``d`` about as
+``d ** -e``; ``e``, the steps' elasticity, is what the Top-k grid of the time-to-accuracy
+matrix shows (0.07 to 0.19 over its six cells, docs/algorithm.md). ``d ** -e (T0 + c V)`` is
+least where ``c V = e S``: the values cost the share ``e`` of the step. So the price moves
+by ``gain`` nats per e-fold of ``c V / (e S)`` (up while the values cost more than their share,
+down while less), at most ``max_move`` a step. A slower link or a dearer decode raises ``c``
+and lowers the density; a heavier model (larger ``T0``) raises it; nothing is set by hand.
+Where the density ceiling holds for the bulk of the gradient (the rule offered more than
+``capped_at`` times what was sent, a geometric mean over tensors by size) and values still
+cost less than their share, the price holds: the ceiling's share then travels every step (its
+largest candidates), not a full step and a light one by turns, as error feedback makes of a
+rule held at its bound. It rises only while the offer exceeds ``offer_limit`` times what was
+sent (each candidate costs the step a compaction).
 """
 import math
 
 
-def moved(price, log_worth, kappa, config, capped=1.0):
-    """The next price, from the marginal value's log worth and the time it costs (``kappa``),
-    and the values the rule offered over those sent (``capped`` > 1: the ceiling held; a
-    geometric mean over the gradients by size)."""
-    gap = log_worth - math.log(kappa) if kappa > 0.0 else float("inf")
-    step = -config.gain * gap
+def moved(price, share, config, capped=1.0):
+    """The next price, from the step's ``share`` spent on its values (``c V / S``) and the values
+    the rule offered over those sent (``capped`` > 1: the ceiling held; a geometric mean over
+    the gradients by size)."""
+    gap = math.log(share / config.elasticity) if share > 0.0 else -float("inf")
+    step = config.gain * gap
     if capped > config.capped_at and step < 0.0:
         step = config.gain * max(math.log(capped / config.offer_limit), 0.0)
     step = max(-config.max_move, min(config.max_move, step))
     return max(-config.price_limit, min(config.price_limit, price + step))
 
 
-def kappa(elements, value_s, captured, step_s):
-    """The worth a marginal value must have to pay for its link time: ``N c P / S``."""
-    return elements * value_s * captured / step_s if step_s > 0.0 else 0.0
+def value_share(value_s, values, step_s):
+    """The share of a step's time that its ``values`` cost at ``value_s`` seconds each."""
+    return value_s * values / step_s if step_s > 0.0 else 0.0

@@ -10,7 +10,9 @@ Each step, per gradient (formulas and their derivation in docs/algorithm.md):
 3. per area A of size n_A, send accumulated values with
    ``|a| > exp(h) * log n_A``: beyond the entropy power ``exp(h)`` (the
    width of the distribution's typical set) by a factor equal to the cost,
-   in nats, of coding one position in A;
+   in nats, of coding one position in A (following the link, a position
+   is named among the whole step's N elements: ``log (n_A N / n)``, so a
+   small tensor's values are not cheaper to send than a large one's);
 4. keep density within [floor, ceiling]: over the ceiling the largest
    candidates go, under the floor exact top-k of the tensor; everything
    unsent stays in the residual. During the first ``warmup_steps`` (a
@@ -24,10 +26,10 @@ Each step, per gradient (formulas and their derivation in docs/algorithm.md):
    coordinates' energy per byte and the link's price; the steps above then
    pick the outliers of what the factors leave;
 6. follow the link (``hvd_gradpart.budget``): one shared price, in nats,
-   joins every area's position cost, so the step sends what pays for itself
-   in progress per second on the measured link; when a dense allreduce of
-   the gradient makes more progress per second, the step hands Horovod the
-   gradient itself.
+   joins every area's position cost, so the values sent cost the share of
+   the step (link and CPU time, measured) that makes time to accuracy least;
+   when a dense allreduce of the gradient makes more progress per second,
+   the step hands Horovod the gradient itself.
 """
 import tensorflow as tf
 
@@ -120,7 +122,7 @@ class GradPartCompressor(LinkAwareCompressor):
         view = super().slot_view(slot, grad, split)
         if split is None:
             return view
-        return view._replace(key_energy=split.energy, quiet=None if self.research.outliers else split.width > 0)
+        return view._replace(quiet=None if self.research.outliers else split.width > 0)
 
     @tf.function(jit_compile=True, reduce_retracing=True, autograph=False)
     def plan(self, sample, valid, previous, steps, n, price):

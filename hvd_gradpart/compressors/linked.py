@@ -5,18 +5,19 @@ value for the step's mode: sparse (the selection rule, with the budget's price a
 position costs) or dense (the gradient, with ``config.drain`` of its residual flushed in,
 handed to Horovod's allreduce with its marker). The first gradient's marker also carries
 this rank's figures of the last step, and its ``decompress`` keeps what came back (the
-means over ranks). A spectral key area's energy counts in the progress the step made (its
-factors' link time, inside ``compress``, in the step's own work); a gradient that sends
+means over ranks). A spectral key area's factors travel inside ``compress`` (their link time
+counts in the step's own work); a gradient that sends
 nothing but its key area this step (``quiet``) skips the gather (when every payload of the
 group does) and the decoding. Each gradient stamps its own times and counts. Nothing here
 writes a variable that another gradient's branch touches.
 """
 from typing import NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
 from hvd_gradpart import branch, exchange, metrics
-from hvd_gradpart.budget import FIGURES, LEAST, Budget
+from hvd_gradpart.budget import FIGURES, HEAD, LEAST, Budget
 from hvd_gradpart.compressors.base import Context, _OnDefaultInstance, elements
 from hvd_gradpart.compressors.sparse import SparseCompressor, key_total, view_grad
 from hvd_gradpart.memory import called_at_call_time, function_graph
@@ -65,9 +66,15 @@ class LinkAwareCompressor(SparseCompressor):
         return self.follow_link and graph is not None and called_at_call_time()
 
     def price(self, slot):
-        """The link's price of a sent value for ``slot``'s step (nats, float64; 0 when none)."""
+        """The nats a sent value of ``slot`` costs beyond its position in its own tensor
+        (float64; 0 when not following the link): the link's price, and the log of the step's
+        elements over the tensor's, so a position is named among the whole model's and a value
+        is worth the same in a small tensor as in a large one."""
         budget = self.link_budget(slot)
-        return budget.now()[1] if budget is not None else tf.constant(0.0, tf.float64)
+        if budget is None:
+            return tf.constant(0.0, tf.float64)
+        now = budget.now()
+        return now[1] + now[2] - np.log(slot.residual.shape.num_elements())
 
     def least_sent(self, slot):
         """The least value ``slot``'s gradient sent on its last step, squared (float64): the
@@ -95,10 +102,11 @@ class LinkAwareCompressor(SparseCompressor):
         split = self.split(slot, tensor, grad)
         tail = exchange.marker()
         if first:
-            tail = tf.concat([tail, tf.cast(now[2:], exchange.MARKER_DTYPE)], 0)
+            tail = tf.concat([tail, tf.cast(now[HEAD:], exchange.MARKER_DTYPE)], 0)
         view = self.slot_view(slot, grad, split)
         values, payload, residual = self._shared_step(
-            view, view_grad(grad, split), dense, began, budget.stamps_of(slot.key), budget.config.drain,
+            view, view_grad(grad, split), dense, began, budget.stamps_of(slot.key, tensor.shape.num_elements()),
+            budget.config.drain,
             self.unfolded(described.header), self.opens_group())
         slot.residual.assign(residual, read_value=False)
         self.after_split(slot, split)
@@ -119,8 +127,6 @@ class LinkAwareCompressor(SparseCompressor):
             return tf.zeros([0], grad.dtype), payload, counts, residual
 
         values, payload, counts, residual = branch.cond(dense, lambda: self._dense(view, grad, drain), sparse)
-        if view.key_energy is not None:  # a key area's energy accumulated and travelled beside the sparse area's
-            counts = counts + tf.pad(tf.stack([view.key_energy] * 2), [[3, 1]])
         values = Budget.left(stamps, began, values, counts, dense, elements(grad))
         return values, payload, residual
 
@@ -132,7 +138,7 @@ class LinkAwareCompressor(SparseCompressor):
         flushed = drain * view.residual
         dense_bytes = n * grad.dtype.size
         metrics.record(view.metrics, elements=n, dense_bytes=dense_bytes, sent_elements=n, sent_bytes=dense_bytes)
-        counts = tf.stack([dense_bytes, n, n, *[tf.constant(0.0, tf.float64)] * 3])
+        counts = tf.stack([dense_bytes, n, n, *[tf.constant(0.0, tf.float64)] * 2])
         return grad + flushed, tf.zeros([0], tf.uint8), counts, view.residual - flushed
 
     @_OnDefaultInstance

@@ -43,9 +43,8 @@ class SlotView(NamedTuple):
     state: dict            # name -> its per-method variable
     inputs: dict           # name -> what ``accumulate`` gets (``SparseCompressor.inputs``)
     metrics: dict          # name -> its metrics variable (``TensorMetrics.values``), every name declared
-    price: tf.Tensor       # float64: the link's price of a sent value, nats (0 when not priced)
+    price: tf.Tensor       # float64: nats a sent value costs beyond its position in its tensor (0: not priced)
     quiet: tf.Tensor = None  # bool: send nothing this step, keep it all (None: never)
-    key_energy: tf.Tensor = None  # float64: what a spectral key area sent of its energy (None: none)
 
 
 class Described(NamedTuple):
@@ -229,7 +228,7 @@ class SparseCompressor(BaseCompressor):
     def _sparse(self, view, grad, header, opens_group):
         """Selects and records. Returns the payload to gather, float64 counts (bytes sent,
         values sent, values the rule offered before its guards, the accumulated values'
-        energy, the sent values' energy and the least sent value squared) and the next residual;
+        energy and the least sent value squared) and the next residual;
         of accumulated values that hold NaN or Inf, ``_not_finite``'s.
 
         Args:
@@ -256,11 +255,10 @@ class SparseCompressor(BaseCompressor):
         sent = exchange.sent_bytes(encoded.payload, opens_group)
         metrics.record(view.metrics, elements=n, dense_bytes=n * grad.dtype.size, sent_elements=tf.size(indices),
                        sent_bytes=sent, wire_format=encoded.format, **diagnostics)
-        squares = tf.square(tf.cast(values, tf.float64))
-        least = tf.reduce_min(squares)  # +inf when nothing was sent (then unused)
+        least = tf.reduce_min(tf.square(tf.cast(values, tf.float64)))  # +inf when nothing was sent (then unused)
         as64 = lambda x: tf.cast(x, tf.float64)
         counts = tf.stack([as64(sent), as64(tf.size(indices)), as64(swept.candidates.count), as64(swept.energy),
-                           tf.reduce_sum(squares), least])
+                           least])
         return encoded.payload, counts, residual
 
     def _nothing(self, view, grad, header, opens_group):
@@ -289,7 +287,7 @@ class SparseCompressor(BaseCompressor):
         metrics.record(view.metrics, elements=n, dense_bytes=n * grad.dtype.size, sent_elements=0, sent_bytes=sent,
                        wire_format=encoded.format)
         zero = tf.constant(0.0, tf.float64)
-        counts = tf.stack([tf.cast(sent, tf.float64), zero, zero, energy, zero, tf.constant(float("inf"), tf.float64)])
+        counts = tf.stack([tf.cast(sent, tf.float64), zero, zero, energy, tf.constant(float("inf"), tf.float64)])
         return encoded.payload, counts
 
     @tf.function(autograph=False, experimental_attributes={"_noinline": True})
