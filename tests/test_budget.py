@@ -260,6 +260,12 @@ def test_in_a_closed_loop_the_density_moves_smoothly():
     assert max(jumps) < 10.0, max(jumps)  # error feedback alternates full and light steps, no more
 
 
+def test_in_a_closed_loop_the_start_leaves_the_floor_within_a_few_steps():
+    # the residual is empty and a position costs log n = 12 nats: the rule offers nothing at first
+    _, _, densities = closed_loop(200_000, 30, lambda step: 2.5e6)
+    assert densities[0] == pytest.approx(1e-4) and min(densities[8:]) > 1e-3, densities
+
+
 def test_in_a_closed_loop_the_values_settle_at_their_share_of_the_step():
     feed, times, densities = closed_loop(200_000, 200, lambda step: 2.5e6)
     tail = densities[-50:]
@@ -274,11 +280,11 @@ def test_in_a_closed_loop_a_slower_link_or_a_dearer_value_lowers_the_density():
     _, _, at_10 = closed_loop(200_000, 200, lambda step: 1.25e6)
     assert 1.5 < settled(at_20) / settled(at_10) < 2.5  # half the bandwidth, about half the values
     _, _, fast = closed_loop(200_000, 200, lambda step: 1.25e7)
-    feed, times, slowed = closed_loop(200_000, 200, lambda step: 1.25e7 if step < 100 else 1.25e6)
+    feed, times, slowed = closed_loop(200_000, 260, lambda step: 1.25e7 if step < 100 else 1.25e6)
     assert value_s(feed.state, DEFAULT) == pytest.approx(VALUE_BYTES / 1.25e6, rel=0.3)
     assert all(math.isfinite(t) for t in times)
-    assert settled(slowed) < settled(fast) / 2
-    _, _, dear = closed_loop(200_000, 200, lambda step: 1.25e7, cpu_s=2e-6)  # 2 us of CPU per value
+    assert settled(slowed) < 0.6 * settled(fast)  # fast sits at the 2 % ceiling
+    _, _, dear = closed_loop(200_000, 200, lambda step: 1.25e7, cpu_s=3e-6)  # 3 us of CPU per value
     assert settled(dear) < settled(fast) / 2
 
 

@@ -27,7 +27,7 @@ def step_figures(raw, last_began):
         step sent NaN in its place and every rank's optimizer skipped it; ``compress_s`` the
         compress passes' time, summed over gradients; ``capped`` the values offered over those
         sent, a geometric mean over the gradients that sent, by size: the ceiling holds for the
-        bulk of the gradient when it is well above 1).
+        bulk of the gradient when it is well above 1, the floor when well below).
     """
     began = min(r[0] for r in raw)
     link_s = max(0.0, max(r[2] for r in raw) - max(r[1] for r in raw))
@@ -35,7 +35,7 @@ def step_figures(raw, last_began):
     elements = total(6)
     sending = [r for r in raw if r[4] > 0.0 and r[9] < 0.5]
     weight = sum(r[6] for r in sending)
-    capped = math.exp(sum(r[6] * math.log(max(r[5], r[4]) / r[4]) for r in sending) / weight) if weight else 1.0
+    capped = math.exp(sum(r[6] * math.log(max(r[5], 1.0) / r[4]) for r in sending) / weight) if weight else 1.0
     return began, {"step_s": began - last_began if last_began > 0.0 else 0.0, "link_s": link_s,
                    "compress_s": sum(max(r[1] - r[0], 0.0) for r in raw),
                    "dense": 1.0 if any(r[9] > 0.5 for r in raw) else 0.0, "sent_bytes": total(3),

@@ -15,6 +15,7 @@ class Config(NamedTuple):
                                   # 0.07-0.19), so the values sent cost this share of a step at the optimum
     gain: float = 1.0             # price move (nats) per e-fold of the values' share of the step over that
     max_move: float = 0.25        # the most the price moves in one step, nats: density changes smoothly
+    starved_move: float = 2.0     # ... and what it falls while the density floor holds (a start)
     capped_at: float = 1.1        # offered over sent values beyond which the ceiling holds ...
     offer_limit: float = 3.0      # ... and beyond which the price rises (each candidate costs a compaction)
     price_limit: float = 20.0     # the price stays in [-limit, +limit] nats (a position among 1e8 costs 18.4)

@@ -16,20 +16,24 @@ Where the density ceiling holds for the bulk of the gradient (the rule offered m
 cost less than their share, the price holds: the ceiling's share then travels every step (its
 largest candidates), not a full step and a light one by turns, as error feedback makes of a
 rule held at its bound. It rises only while the offer exceeds ``offer_limit`` times what was
-sent (each candidate costs the step a compaction).
+sent (each candidate costs the step a compaction). Where the density floor holds for the bulk
+(the rule offered less than ``1 / capped_at`` of what was sent: a start, before the residual
+has built up, a position cost of 13 nats leaves a threshold tens of deviations out) and values
+cost less than their share, the price falls ``starved_move`` a step, so the start is not starved.
 """
 import math
 
 
 def moved(price, share, config, capped=1.0):
     """The next price, from the step's ``share`` spent on its values (``c V / S``) and the values
-    the rule offered over those sent (``capped`` > 1: the ceiling held; a geometric mean over
-    the gradients by size)."""
+    the rule offered over those sent (``capped`` > 1: the ceiling held, < 1: the floor; a
+    geometric mean over the gradients by size)."""
     gap = math.log(share / config.elasticity) if share > 0.0 else -float("inf")
-    step = config.gain * gap
+    step = max(-config.max_move, min(config.max_move, config.gain * gap))
     if capped > config.capped_at and step < 0.0:
-        step = config.gain * max(math.log(capped / config.offer_limit), 0.0)
-    step = max(-config.max_move, min(config.max_move, step))
+        step = min(config.gain * max(math.log(capped / config.offer_limit), 0.0), config.max_move)
+    elif capped < 1.0 / config.capped_at and step < 0.0:
+        step = -config.starved_move
     return max(-config.price_limit, min(config.price_limit, price + step))
 
 
