@@ -254,6 +254,15 @@ def closed_loop(n, steps, bandwidth, cpu_s=0.0, seed=0):
     return feed, times, densities
 
 
+def test_an_evaluation_pause_adds_no_point_to_the_work_line():
+    feed = Feeder()
+    counts = [5_000, 10_000, 20_000, 15_000, 30_000]
+    for i in range(60):  # 1 us of CPU per value; rank 0 evaluates for 3 s every 15 steps
+        pause = 3.0 if i % 15 == 14 else 0.0
+        feed(*sparse_step(1.25e7, counts[i % 5], other_s=0.02 + 1e-6 * counts[i % 5] + pause), values=counts[i % 5])
+    assert step_value_s(feed.state, DEFAULT) - value_s(feed.state, DEFAULT) == pytest.approx(1e-6, rel=0.05)
+
+
 def test_in_a_closed_loop_the_density_moves_smoothly():
     _, _, densities = closed_loop(200_000, 150, lambda step: 1.25e7)
     jumps = [max(a, b) / min(a, b) for a, b in zip(densities[20:], densities[21:])]

@@ -4,26 +4,26 @@ A sparse collective costs a fixed part (Horovod's cycle, the latency and negotia
 rounds) and a part that grows with the payload. Sparse steps fit a line ``link = fixed +
 values * c`` through their recent (values sent, link time) points, fading old ones: its
 slope ``c`` is a value's link time, which no single step can tell apart from the fixed part.
-A second line through (values sent, the step's time beside its link time) gives the CPU work
-a value adds (compaction, coding, every rank's decode); its last slope holds while the values
-vary too little to tell a new one (the CPU does not change as a link does), and it counts as
-0 until one was told.
 While the values vary too little for a slope, the estimate is the last slope found or, when
 more, what a step's link time adds beyond the least one seen (drifting up slowly) over its
-values: a link that slows shows there before the values vary. Payloads too small to show read as free: the
-price then buys more, until they show or the density ceiling holds. A dense step is priced
-at what dense steps measured, else at the sparse estimate for every element's bytes.
+values: a link that slows shows there before the values vary. Payloads too small to show read
+as free: the price then buys more, until they show or the density ceiling holds. A second
+line through (values sent, the step's own work: its time beside its link time; a step that
+paused, for an evaluation, adds no point) gives the CPU work a value adds (compaction, coding,
+every rank's decode); its last slope holds while the values vary too little to tell a new
+one, and it counts as 0 until one was told. A dense step is priced at what dense steps
+measured, else at the sparse estimate for every element's bytes.
 """
 from hvd_gradpart.budget.clock import smoothed
 
 
-def observe_sparse(state, step_s, link_s, values, sent_bytes, config):
-    """Folds a sparse step's time, link time, values and bytes into ``state``."""
+def observe_sparse(state, work_s, link_s, values, sent_bytes, config):
+    """Folds a sparse step's own work (None: it paused), link time, values and bytes into ``state``."""
     state.least_s = link_s if state.least_s <= 0.0 else min(link_s, config.least_drift * state.least_s)
     seen = state.sparse_steps > 2
     state.fit, state.link_value_s = fitted(state.fit, state.link_value_s, values, link_s, seen, config)
-    state.work_fit, state.work_value_s = fitted(state.work_fit, state.work_value_s, values,
-                                                max(step_s - link_s, 0.0), seen, config)
+    if work_s is not None:
+        state.work_fit, state.work_value_s = fitted(state.work_fit, state.work_value_s, values, work_s, seen, config)
     state.payload_s = smoothed_raw(state.payload_s, max(link_s - state.least_s, 0.0), config, seen)
     state.values = smoothed_raw(state.values, values, config, seen)
     if values > 0.0:

@@ -7,6 +7,7 @@ class Config(NamedTuple):
 
     smoothing: float = 0.8        # weight of the past in a step's measured times and counts
     pause_factor: float = 4.0     # a step counts at most this many smoothed steps (evaluations pause)
+    paused_at: float = 2.0        # a step whose own work is this many smoothed ones paused: no point on the work line
     least_drift: float = 1.005    # the least link time seen (a collective's fixed cost) may rise this much a step
     fading: float = 0.9           # weight of the past in the (values, link time) line (about 10 steps)
     fit_steps: float = 5.0        # faded steps the line needs ...

@@ -100,10 +100,13 @@ def fold_sparse(state, figures, config):
     """Folds a sparse step's figures into ``state`` and moves the price."""
     step_s, link_s = figures["step_s"], figures["link_s"]
     state.since_dense_s += step_s
+    work_s = max(step_s - link_s, 0.0)
+    paused = state.other_s > 0.0 and work_s > config.paused_at * state.other_s
     state.sparse_s = smoothed(state.sparse_s, step_s, config)
-    state.other_s = smoothed(state.other_s, max(step_s - link_s, 0.0), config)
-    state.compress_s = smoothed(state.compress_s, min(figures["compress_s"], max(step_s - link_s, 0.0)), config)
-    bandwidth.observe_sparse(state, step_s, link_s, figures["values"], figures["sent_bytes"], config)
+    state.other_s = smoothed(state.other_s, work_s, config)
+    state.compress_s = smoothed(state.compress_s, min(figures["compress_s"], work_s), config)
+    bandwidth.observe_sparse(state, None if paused else work_s, link_s, figures["values"], figures["sent_bytes"],
+                             config)
     if figures["values"] > 0.0:
         state.share = price.value_share(bandwidth.step_value_s(state, config), state.values, state.sparse_s)
         state.price = price.moved(state.price, state.share, config, capped=figures["capped"])
