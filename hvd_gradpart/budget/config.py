@@ -13,7 +13,7 @@ class Config(NamedTuple):
     fit_steps: float = 5.0        # faded steps the line needs ...
     fit_spread: float = 0.25      # ... and the spread of their values (std over mean), for a slope
     elasticity: float = 0.15      # steps to accuracy fall as density ** -elasticity (the Top-k grid's cells:
-                                  # 0.07-0.19), so the values sent cost this share of a step at the optimum
+                                  # 0.07-0.18), so the values sent cost this share of a step at the optimum
     gain: float = 1.0             # price move (nats) per e-fold of the values' share of the step over that
     max_move: float = 0.25        # the most the price moves in one step, nats: density changes smoothly
     starved_move: float = 2.0     # ... and what it falls while the density floor holds (a start)

@@ -6,7 +6,7 @@ per tensor) and ``c`` seconds per value sent (its link time and the CPU work tha
 it: compaction, coding, every rank's decode), both measured in the running job
 (``bandwidth.step_value_s``). The steps to an accuracy fall with the density ``d`` about as
 ``d ** -e``; ``e``, the steps' elasticity, is what the Top-k grid of the time-to-accuracy
-matrix shows (0.07 to 0.19 over its six cells, docs/algorithm.md). ``d ** -e (T0 + c V)`` is
+matrix shows (0.07 to 0.18 over its ten cells, docs/algorithm.md). ``d ** -e (T0 + c V)`` is
 least where ``c V = e S``: the values cost the share ``e`` of the step. So the price moves
 by ``gain`` nats per e-fold of ``c V / (e S)`` (up while the values cost more than their share,
 down while less), at most ``max_move`` a step. A slower link or a dearer decode raises ``c``
