@@ -63,7 +63,7 @@ def table(cells):
             continue
         t0, c, e = predicted(points)
         best = min(points, key=lambda p: p[1])
-        star = lambda e: f"{100 * e / (1 - e) * t0 / (100 * c):.2g} %"
+        star = lambda e: f"{e / (1 - e) * t0 / c:.2g} %"  # t0 in ms, c in ms per 1 %: d* in %
         lines.append(f"| {model}, {link} | {100 * best[0]:g} % ({best[1]:.1f} s) | {t0:.0f} ms | {c:.1f} ms | {e:.2f} "
                      f"| {star(e)} | {star(ELASTICITY)} |")
     return "\n".join(lines)
