@@ -24,9 +24,11 @@ each rank decodes the same sum scaled by ``marker / W``, the marker being Horovo
 allreduce (Average) of ones, i.e. 1. Here worker w has its own compressor instance, and
 ``compress``/``decompress`` are called directly after ``hvd.init()`` in one process, where
 the allgather is the identity, so each instance's ``decompress`` returns that worker's own
-selection times the marker it is handed over ``hvd.size() = 1``; handing it ``1 / W``
-gives the selection times ``1 / W``, and the sum over workers is what every rank
-applies. Tensors the compressor leaves dense come back untouched and are averaged
+selection times the marker it is handed over ``hvd.size() = 1``; handing it the average
+of what every worker's ``compress`` returned, over ``W`` again (a marker of ``1 / W``, and
+the means of the link budget's figures the first marker carries, which its ratio to the
+marker gives back), gives the selection times ``1 / W``, and the sum over workers is what
+every rank applies (a hand-over to the optimizer's momentum is linear, so it sums the same). Tensors the compressor leaves dense come back untouched and are averaged
 directly, as Horovod's allreduce would. One optimizer applies the result: the ranks'
 optimizers are bit-identical copies. A method whose ``compress`` sums over ranks itself
 (``sums_in_compress``: PowerSGD, GradPart's spectral key area) cannot be simulated so and is
@@ -61,7 +63,7 @@ from benchmarks import diagnose  # noqa: E402
 from harness import methods, training  # noqa: E402
 from harness.data import batches, load_dataset, shard  # noqa: E402
 from harness.models import build_model  # noqa: E402
-from hvd_gradpart import entropy, snapshot, stats  # noqa: E402
+from hvd_gradpart import entropy, momentum, snapshot, stats  # noqa: E402
 from hvd_gradpart.compressors.base import BaseCompressor  # noqa: E402
 
 BATCH, LR, BN_BATCHES, EVALS_PER_EPOCH = 32, 0.01, 20, 4
@@ -96,13 +98,13 @@ def make_step(model, optimizer, compressors, workers):
             grads.append(tape.gradient(loss, weights))
         if sparse:
             queued = [[c.compress(g) for g in gs] for c, gs in zip(compressors, grads)]
-            scale = tf.fill([1], tf.constant(1.0 / workers, tf.float32))  # the marker over hvd.size() = 1
             averaged = []
             for j, g in enumerate(grads[0]):
                 if queued[0][j][1] is None:  # left dense: Horovod's allreduce averages it
                     averaged.append(tf.add_n([gs[j] for gs in grads]) / workers)
-                else:
-                    averaged.append(tf.add_n([c.decompress(scale, q[j][1])
+                else:  # Horovod's Average of what compress returned, over W again (hvd.size() = 1)
+                    reduced = tf.add_n([q[j][0] for q in queued]) / workers ** 2
+                    averaged.append(tf.add_n([c.decompress(reduced, q[j][1])
                                               for c, q in zip(compressors, queued)]))
         else:
             averaged = [tf.add_n(list(parts)) / workers for parts in zip(*grads)]
@@ -173,6 +175,8 @@ def run_one(model_name, name, compressor_name, options, seed, epochs, workers, o
     model = build_model(model_name, data.x_train.shape[1:], data.num_classes, seed=seed)
     compressors = [methods.build(compressor_name, options) for _ in range(workers)]
     kind, optimizer = optimizer, make_optimizer(optimizer, compressors, workers)
+    for compressor in compressors:  # as scripts/train.py tells a compressor that reads it
+        momentum.follow(compressor, optimizer)
     step = make_step(model, optimizer, compressors, workers)
     counter = Counter(compressors)
     shards = [shard(data.x_train, data.y_train, w, workers) for w in range(workers)]

@@ -8,14 +8,16 @@ new ones included. A compressor holds two kinds of state. *Rank-local*: each
 rank's residuals (the gradient mass it has not sent yet) and per-gradient
 method state (GradPart's predicted fit and step count), made from its own
 gradients. *Shared*: what every rank derives from the same gathered sums and
-must hold alike, the link budget (``hvd_gradpart.budget``). ``track`` adds the rank-local state to the
-commit: a ``restore`` puts every residual back to its value at the same commit
-as the weights, and a residual made since that commit back to zero, so no
-step's gradient is applied twice (once through the restored weights' steps
-that are re-run, once more through a newer residual). On every reset the
-shared state restarts on every rank: the budget measures the links again
-(they are not the links it measured), so that surviving ranks and joining
-ones, which build theirs fresh on their first step, hold the same state.
+must hold alike, the link budget (``hvd_gradpart.budget``) and the last sum
+handed to a momentum optimizer (``hvd_gradpart.momentum``). ``track`` adds the
+rank-local state and that sum to the commit: a ``restore`` puts every residual
+back to its value at the same commit as the weights, and a residual made since
+that commit back to zero, so no step's gradient is applied twice (once through
+the restored weights' steps that are re-run, once more through a newer
+residual). On every reset the shared state restarts on every rank: the budget
+measures the links again (they are not the links it measured) and the last
+sums are forgotten, so that surviving ranks and joining ones, which build
+theirs fresh on their first step, hold the same state.
 
 What a reset means for the gradient: a rank that leaves takes its residuals
 with it, mass that was delayed and is now lost (``unsent_norm`` measures it;
@@ -62,7 +64,7 @@ class CompressorState:
 
     def save(self):
         """Copies every slot's rank-local variables (with the weights, at a commit)."""
-        self.saved = {key: [tf.identity(var) for var in slot.rank_local()]
+        self.saved = {key: [tf.identity(var) for var in slot.committed()]
                       for key, slot in self.compressor.memory.slots.items()}
 
     def restore(self):
@@ -71,14 +73,17 @@ class CompressorState:
             if key not in self.saved:
                 slot.reset()
                 continue
-            for var, value in zip(slot.rank_local(), self.saved[key]):
+            for var, value in zip(slot.committed(), self.saved[key]):
                 var.assign(value)
 
     def restart_shared(self):
-        """Restarts every link budget of the compressor (at a reset, on every rank)."""
+        """Restarts every link budget of the compressor and forgets the last sums handed to the
+        optimizer (at a reset, on every rank: a joining rank holds none)."""
         for module in self.compressor.submodules:
             if isinstance(module, Budget):
                 module.restart()
+        for slot in self.compressor.memory.slots.values():
+            slot.forget_delivered()
 
 
 def track(state, compression):

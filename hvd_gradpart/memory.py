@@ -79,7 +79,7 @@ def called_at_call_time():
     return True
 
 
-def _selves():
+def callers():
     """The ``self`` of every method running on the Python stack, innermost first."""
     frame = sys._getframe(1)
     while frame is not None:
@@ -93,7 +93,7 @@ def tracing_function():
     """The innermost ``tf.function`` now being traced, or None."""
     if tf.executing_eagerly():
         return None
-    return next((owner for owner in _selves() if isinstance(owner, Function)), None)
+    return next((owner for owner in callers() if isinstance(owner, Function)), None)
 
 
 def running_step():
@@ -101,7 +101,7 @@ def running_step():
     (being traced or, eagerly, called) and the object whose method called it
     (a Keras model in ``fit``); None for either that is not there."""
     step = runner = None
-    for owner in _selves():
+    for owner in callers():
         if isinstance(owner, Function):
             step, runner = owner, None
         elif step is not None and runner is None:
@@ -168,18 +168,37 @@ class Slot(tf.Module):
         self.state = {name: tf.Variable(init(n, dtype), trainable=False, name=name)
                       for name, init in state_spec.items()}
         self.metrics = TensorMetrics()
+        self.delivered = None  # the last sum handed to a momentum optimizer (``hvd_gradpart.momentum``)
+
+    def delivery(self):
+        """``delivered``, made (zeros) on first use."""
+        if self.delivered is None:
+            with tf.init_scope(), creating_slot_variables():
+                self.delivered = tf.Variable(tf.zeros_like(self.residual), trainable=False, name="delivered")
+        return self.delivered
 
     def rank_local(self):
         """The variables that differ from rank to rank: the residual, then the per-method
         state (both come from this rank's own gradients)."""
         return [self.residual, *self.state.values()]
 
+    def committed(self):
+        """What an elastic commit keeps of the slot: ``rank_local``, and ``delivered`` (equal on
+        every rank, kept with the commit as the optimizer's velocity is)."""
+        return self.rank_local() + ([self.delivered] if self.delivered is not None else [])
+
     def reset(self):
-        """Puts the rank-local variables back to their values at creation."""
+        """Puts the committed variables back to their values at creation."""
         n, dtype = self.residual.shape.num_elements(), self.residual.dtype
         self.residual.assign(tf.zeros_like(self.residual))
         for name, init in self._state_spec.items():
             self.state[name].assign(init(n, dtype))
+        self.forget_delivered()
+
+    def forget_delivered(self):
+        """Zeros ``delivered`` (its value at creation), where it exists."""
+        if self.delivered is not None:
+            self.delivered.assign(tf.zeros_like(self.delivered))
 
 
 class Memory(tf.Module):

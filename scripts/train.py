@@ -32,6 +32,7 @@ from harness.data import DATASETS, DataNotFoundError, batches, load_dataset, sha
 from harness.models import MODELS, build_model  # noqa: E402
 from harness.progress import evaluation_points  # noqa: E402
 from hvd_gradpart import COMPRESSORS, get_compressor  # noqa: E402
+from hvd_gradpart import momentum as hand_over  # noqa: E402
 from hvd_gradpart.metrics import JsonlLogger, link_state, rates, resolve, snapshot, totals  # noqa: E402
 from launch import child_env  # noqa: E402  (this folder is on the path of a script run from it)
 
@@ -211,6 +212,7 @@ def main(argv=None):
         total = min(args.epochs * steps_per_epoch, args.max_steps or math.inf)
         lr = tf.keras.optimizers.schedules.CosineDecay(lr, total)
     optimizer = tf.keras.optimizers.SGD(lr, momentum=momentum)
+    hand_over.follow(compression, optimizer)  # the tape has no optimizer for GradPart to read it from
     step = training.make_step(model, optimizer, compression, num_groups=args.num_groups)
     logger = JsonlLogger(args.jsonl) if args.jsonl and rank == 0 else None
     board = tf.summary.create_file_writer(args.tensorboard) if args.tensorboard and rank == 0 else None

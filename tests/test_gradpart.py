@@ -589,9 +589,10 @@ def test_a_research_error_names_the_field_its_range_and_default():
         gradpart(samples=4096)  # a misspelt option is not silently dropped
 
 
-def test_a_user_sees_five_arguments_each_documented():
+def test_a_user_sees_six_arguments_each_documented():
     parameters = inspect.signature(GradPartCompressor).parameters
-    assert list(parameters) == ["density_ceiling", "follow_link", "value_encoding", "min_elements", "research"]
+    assert list(parameters) == ["density_ceiling", "follow_link", "value_encoding", "min_elements",
+                                "optimizer_momentum", "research"]
     for name in parameters:
         assert f"        {name}: " in GradPartCompressor.__doc__, name
 

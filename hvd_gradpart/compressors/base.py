@@ -24,7 +24,7 @@ import horovod.tensorflow as hvd
 import tensorflow as tf
 from horovod.tensorflow.compression import Compressor
 
-from hvd_gradpart import branch, exchange
+from hvd_gradpart import branch, exchange, momentum
 from hvd_gradpart.memory import Memory, SharedWhileTracing, creating_slot_variables, function_graph
 
 _LOG = logging.getLogger("hvd_gradpart")
@@ -44,6 +44,8 @@ class Context(NamedTuple):
     mismatch: str            # the error when ranks disagree on it
     encoding: str            # how its values travel
     key: tf.Tensor = None    # a spectral key area's sum over ranks, flat (``hvd_gradpart.spectral``), if any
+    delivered: tf.Variable = None  # the last sum handed to a momentum optimizer (``hvd_gradpart.momentum``), if any
+    momentum: float = 0.0    # that optimizer's momentum
 
 
 class _OnDefaultInstance:
@@ -210,10 +212,13 @@ class BaseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
 
     @staticmethod
     def _finish(total, ctx, scale):
-        """The flat decoded sum, plus its key area's sum times ``scale`` when it has one, in the
+        """The flat decoded sum, plus its key area's sum times ``scale`` when it has one, handed
+        over to a momentum optimizer (``momentum.hand_over``) when the context says so, in the
         gradient's shape."""
         if ctx.key is not None:
             total = total + ctx.key * tf.cast(scale, ctx.key.dtype)
+        if ctx.delivered is not None:
+            total = momentum.hand_over(total, ctx.delivered, ctx.momentum)
         return tf.reshape(total, ctx.original.shape)
 
 

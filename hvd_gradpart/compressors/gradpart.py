@@ -29,7 +29,10 @@ Each step, per gradient (formulas and their derivation in docs/algorithm.md):
    joins every area's position cost, so the values sent cost the share of
    the step (link and CPU time, measured) that makes time to accuracy least;
    when a dense allreduce of the gradient makes more progress per second,
-   the step hands Horovod the gradient itself.
+   the step hands Horovod the gradient itself;
+7. hand each decoded sum to a momentum optimizer so that it applies it once
+   (``hvd_gradpart.momentum``): error feedback's bursts are not repeated by
+   the optimizer's momentum.
 """
 import tensorflow as tf
 
@@ -59,6 +62,10 @@ class GradPartCompressor(LinkAwareCompressor):
             residual); "native" in the gradient's dtype.
         min_elements: tensors with fewer elements go uncompressed (compressing them saves
             nothing), an int >= 0.
+        optimizer_momentum: the momentum of the SGD optimizer that applies the sums, so that
+            it applies each sum once (``hvd_gradpart.momentum``). None (the default) reads it
+            from the Keras optimizer under ``hvd.DistributedOptimizer``; with
+            ``hvd.DistributedGradientTape`` pass it (0 for Adam or SGD without momentum).
         research: ``GradPartResearch``: the knobs and ablation switches of studies; its
             defaults are the tested ones.
     """
@@ -67,8 +74,9 @@ class GradPartCompressor(LinkAwareCompressor):
     RESEARCH = GradPartResearch
 
     def __init__(self, density_ceiling=0.02, follow_link=True, value_encoding="fp16", min_elements=1024,
-                 research=GradPartResearch()):
-        super().__init__(follow_link=follow_link, value_encoding=value_encoding, min_elements=min_elements)
+                 optimizer_momentum=None, research=GradPartResearch()):
+        super().__init__(follow_link=follow_link, value_encoding=value_encoding, min_elements=min_elements,
+                         optimizer_momentum=optimizer_momentum)
         if not isinstance(research, GradPartResearch):
             raise TypeError(f"GradPartCompressor: research must be a GradPartResearch, got {research!r}")
         floor = research.density_floor

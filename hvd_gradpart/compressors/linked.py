@@ -19,7 +19,7 @@ import tensorflow as tf
 from hvd_gradpart import branch, exchange, metrics
 from hvd_gradpart.budget import FIGURES, HEAD, LEAST, Budget
 from hvd_gradpart.compressors.base import Context, _OnDefaultInstance, elements
-from hvd_gradpart.compressors.sparse import SparseCompressor, key_total, view_grad
+from hvd_gradpart.compressors.sparse import SparseCompressor, view_grad
 from hvd_gradpart.memory import called_at_call_time, function_graph
 
 
@@ -112,7 +112,7 @@ class LinkAwareCompressor(SparseCompressor):
         self.after_split(slot, split)
         skip = dense if view.quiet is None else dense | view.quiet
         ticket = exchange.enqueue(payload, described.header, described.what, skip=skip)
-        context = Context(ticket, tensor, described.mismatch, self.value_encoding, key_total(split))
+        context = self.context(ticket, tensor, slot, described, split)
         return tf.concat([values, tail], 0), LinkContext(context, budget, slot.key, dense, first, view.quiet)
 
     @tf.function(autograph=False, reduce_retracing=True, experimental_attributes={"_noinline": True})

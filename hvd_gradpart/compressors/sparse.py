@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from hvd_gradpart import branch, exchange, formats, fused, metrics
+from hvd_gradpart import branch, exchange, formats, fused, metrics, momentum
 from hvd_gradpart.compressors.base import BaseCompressor, Context, elements
 
 
@@ -62,14 +62,19 @@ class SparseCompressor(BaseCompressor):
         min_elements: see ``BaseCompressor``.
         value_encoding: "native" sends values in the gradient's dtype,
             "fp16" in float16 (the rounding error stays in the residual).
+        optimizer_momentum: the momentum of the SGD optimizer that applies the sums, in
+            [0, 1): each sum is handed over so that the optimizer applies it once
+            (``hvd_gradpart.momentum``; 0: the sums as they are); None reads it from the
+            Keras optimizer that calls ``compress``, 0 when there is none.
     """
 
     DIAGNOSTICS = ()  # the names of ``select``'s diagnostics (declared before a shared step records them)
 
-    def __init__(self, min_elements=1024, value_encoding="native"):
+    def __init__(self, min_elements=1024, value_encoding="native", optimizer_momentum=0.0):
         super().__init__(min_elements=min_elements)
         exchange.wire_dtype(tf.float32, value_encoding)
         self.value_encoding = value_encoding
+        self.optimizer_momentum = momentum.validate(optimizer_momentum, type(self).__name__)
 
     # Hooks for subclasses -------------------------------------------------
 
@@ -169,6 +174,13 @@ class SparseCompressor(BaseCompressor):
         return SlotView(residual, dict(slot.state), self.inputs(slot, view_grad(grad, split)),
                         dict(slot.metrics.values), self.price(slot))
 
+    def context(self, ticket, tensor, slot, described, split):
+        """The ``Context`` of a sparsified gradient, with ``slot``'s hand-over to a momentum
+        optimizer when the optimizer has one."""
+        beta = momentum.calling_optimizer() if self.optimizer_momentum is None else self.optimizer_momentum
+        delivered = slot.delivery() if beta > 0 else None
+        return Context(ticket, tensor, described.mismatch, self.value_encoding, key_total(split), delivered, beta)
+
     def opens_group(self):
         """Whether the payload queued next opens its graph's group, as a shared step takes it."""
         return self.unfolded(exchange.queued() == 0)
@@ -215,7 +227,7 @@ class SparseCompressor(BaseCompressor):
         slot.residual.assign(residual, read_value=False)
         self.after_split(slot, split)
         ticket = exchange.enqueue(payload, described.header, described.what)
-        return exchange.marker(), Context(ticket, tensor, described.mismatch, self.value_encoding, key_total(split))
+        return exchange.marker(), self.context(ticket, tensor, slot, described, split)
 
     def describe(self, tensor, slot):
         """``Described`` of a sparsified gradient in ``slot``."""
