@@ -11,11 +11,20 @@
 ``Half``: both thresholds halved.
 ``Momentum``: DGC's momentum correction and factor masking inside GradPart (optimizer without
 momentum), the fit taken on the corrected velocity.
+
+Against the falls of the first epochs under the optimizer's momentum (docs/notes/gradpart.md,
+"The accuracy dips of the first epochs"), each also on Top-k (``TopK...``, with ``ratio=``), run
+with ``optimizer_momentum=0`` to see the variant alone:
+``Agree``: a value is a candidate only where the fresh gradient has its sign.
+``Clip1``, ``Clip3``: a sent value clipped to 1 or 3 times the fresh gradient's largest
+magnitude; the excess stays in the residual.
 """
 import tensorflow as tf
 
-from hvd_gradpart import entropy, fused, partition, stats
+from hvd_gradpart import entropy, exchange, fused, metrics, partition, stats
+from hvd_gradpart.compressors.base import elements
 from hvd_gradpart.compressors.gradpart import GradPartCompressor
+from hvd_gradpart.compressors.topk import TopKCompressor, _top
 
 _PLAN = GradPartCompressor.plan.python_function
 
@@ -152,3 +161,48 @@ class Momentum(GradPartCompressor):
 
     def after_send(self, state, indices):
         return {"u": fused.zero_at(state["u"], indices)}
+
+
+class Agree(GradPartCompressor):
+    """Candidates only where the accumulated value and the fresh gradient share their sign."""
+
+    def mask(self, acc, grad, state, plan):
+        return super().mask(acc, grad, state, plan) & (acc * grad > 0)
+
+
+class TopKAgree(TopKCompressor):
+    """Top-k among the values whose fresh gradient shares their sign (over the whole tensor)."""
+
+    def select(self, swept, grad, slot):
+        agreeing = tf.where(swept.acc * grad > 0, swept.acc, tf.zeros_like(swept.acc))
+        return _top(agreeing, self.k(swept.acc.shape.num_elements())), {}
+
+
+def clipped(cls, factor):
+    """``cls`` whose sent values are clipped to ``factor`` times the fresh gradient's largest
+    magnitude (the shared ``_send`` with one line added); the excess stays in the residual."""
+
+    class Clipped(cls):
+        def _send(self, view, grad, swept, header, opens_group):
+            n = elements(grad)
+            indices, diagnostics = self.select(swept, grad, view)
+            bound = factor * tf.reduce_max(tf.abs(grad))
+            values = tf.clip_by_value(tf.gather(swept.acc, indices), -bound, bound)
+            encoded = exchange.encode(values, indices, n, self.value_encoding, header, ascending=True)
+            residual = self._store(view, swept, indices, encoded.sent)
+            sent = exchange.sent_bytes(encoded.payload, opens_group)
+            metrics.record(view.metrics, elements=n, dense_bytes=n * grad.dtype.size,
+                           sent_elements=tf.size(indices), sent_bytes=sent, wire_format=encoded.format,
+                           **diagnostics)
+            as64 = lambda x: tf.cast(x, tf.float64)
+            least = tf.reduce_min(tf.square(as64(values)))
+            counts = tf.stack([as64(sent), as64(tf.size(indices)), as64(swept.candidates.count),
+                               as64(swept.energy), least])
+            return encoded.payload, counts, residual
+
+    Clipped.__name__ = f"{cls.__name__}Clip{factor:g}"
+    return Clipped
+
+
+Clip1, Clip3 = clipped(GradPartCompressor, 1.0), clipped(GradPartCompressor, 3.0)
+TopKClip1, TopKClip3 = clipped(TopKCompressor, 1.0), clipped(TopKCompressor, 3.0)
