@@ -1,6 +1,7 @@
 """Adam under Keras ``fit`` on the edge cluster: GradPart at its defaults against no compression.
 
     python -m benchmarks.adam_fit --links 100mbit 20mbit --seeds 0 1 2
+    python -m benchmarks.adam_fit --optimizer sgd --momentum 0.9 --lr 0.01   # SGD with momentum instead
 
 Each (link, seed) is one launch of ``tests/parallel/keras_fit_client.py`` (a user's Keras script:
 a small CNN with Dropout, Adam at a learning rate scaled by the ranks, Horovod's callbacks, 6
@@ -25,14 +26,15 @@ from benchmarks.cluster import HOSTS, Cluster
 CLIENT = tp.ROOT / "tests" / "parallel" / "keras_fit_client.py"
 
 
-def launch(link, seed, methods, log):
-    """One launch at ``link`` (the cluster already shaped); returns its rows, or exits with the log's tail."""
+def launch(link, seed, methods, log, optimizer):
+    """One launch at ``link`` (the cluster already shaped) with the client's ``optimizer`` arguments;
+    returns its rows, or exits with the log's tail."""
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "TF_CPP_MIN_LOG_LEVEL": "2"}
     with tempfile.TemporaryDirectory() as work, open(log, "w") as out:
         cmd = [sys.executable, str(tp.ROOT / "scripts" / "launch.py"), "-np", "2", *HOSTS["edge"], "--gloo",
                "--disable-cache", sys.executable, str(CLIENT), "--compression", *methods, "--seed", str(seed),
-               "--workdir", work]
+               "--workdir", work, *optimizer]
         code = subprocess.run(cmd, cwd=CLIENT.parent, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
     text = Path(log).read_text()
     if code != 0:
@@ -65,9 +67,17 @@ def main(argv=None):
     p.add_argument("--links", nargs="+", default=["100mbit", "20mbit"])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--methods", nargs="+", default=["none", "gradpart"])
-    p.add_argument("--out", default=str(tp.ROOT / "results" / "adam-fit" / "rows.jsonl"))
+    p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam")
+    p.add_argument("--momentum", type=float, default=0.0, help="SGD's")
+    p.add_argument("--lr", type=float, help="single-rank learning rate (the client's default: 0.001)")
+    p.add_argument("--out", help="JSONL rows (default results/adam-fit/rows.jsonl; with SGD, "
+                                 "sgd-momentumM.jsonl beside it)")
     args = p.parse_args(argv)
-    out = Path(args.out)
+    folder = tp.ROOT / "results" / "adam-fit"
+    out = Path(args.out or (folder / "rows.jsonl" if args.optimizer == "adam" else
+                            folder / f"sgd-momentum{args.momentum:g}.jsonl"))
+    optimizer = ["--optimizer", args.optimizer, "--momentum", str(args.momentum),
+                 *(["--lr", str(args.lr)] if args.lr else [])]
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
     done = {(r["link"], r["seed"]) for r in rows}
@@ -78,7 +88,8 @@ def main(argv=None):
                 if (link, seed) in done:
                     continue
                 with cluster.hold(link):
-                    new = launch(link, seed, args.methods, out.with_name(f"{link}-seed{seed}.log"))
+                    new = launch(link, seed, args.methods, out.with_name(f"{out.stem}-{link}-seed{seed}.log"),
+                                 optimizer)
                 with open(out, "a") as f:
                     f.writelines(json.dumps(r) + "\n" for r in new)
                 rows += new

@@ -73,6 +73,14 @@ def test_training_script_shapes(script, backend, tmp_path):
     assert_close_to_uncompressed(script, output)
 
 
+def test_keras_fit_with_sgd_momentum_hands_gradpart_the_momentum(tmp_path):
+    """Under ``hvd.DistributedOptimizer(SGD(momentum=0.9))`` GradPart reads the momentum itself."""
+    output = horovodrun("keras_fit_client.py", args=["--workdir", str(tmp_path), "--optimizer", "sgd",
+                                                     "--momentum", "0.9", "--lr", "0.01"], timeout=600)
+    assert_close_to_uncompressed("keras_fit_client.py", output)
+    assert results(output)["gradpart"]["handed_over"], output[-4000:]
+
+
 def test_synthetic_benchmark_over_keras_applications():
     found = results(horovodrun("synthetic_client.py", timeout=600))["gradpart"]
     assert found["sparsified"] >= 19 and found["ratio"] >= 1 and found["img_sec_per_rank"] > 0, found

@@ -1,9 +1,10 @@
 """A user's Keras ``model.fit`` script under Horovod, with only ``compression=`` changed.
 
 The usual shape of a Horovod Keras script: a small convolutional net with
-Dropout, Adam at a learning rate scaled by the number of ranks, Horovod's
-callbacks (broadcast of rank 0's state, metric averaging, learning-rate
-warm-up) and ``ModelCheckpoint`` on rank 0 only. Each name in
+Dropout, Adam (or ``--optimizer``; SGD with ``--momentum``) at a learning
+rate scaled by the number of ranks, Horovod's callbacks (broadcast of rank
+0's state, metric averaging, learning-rate warm-up) and ``ModelCheckpoint``
+on rank 0 only. Each name in
 ``--compression`` trains a fresh model in turn, from the same seed; rank 0
 prints one ``RESULT {json}`` line per name (test accuracy, ratio).
 
@@ -28,12 +29,15 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--compression", nargs="+", default=["none", "gradpart"])
 parser.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adam")
 parser.add_argument("--lr", type=float, default=0.001, help="single-rank learning rate")
+parser.add_argument("--momentum", type=float, default=0.0, help="SGD's momentum (--optimizer sgd only)")
 parser.add_argument("--epochs", type=int, default=6)
 parser.add_argument("--batch-size", type=int, default=32)
 parser.add_argument("--dataset", default="mnist5k")
 parser.add_argument("--seed", type=int, default=0)
 parser.add_argument("--workdir", default=".")
 args = parser.parse_args()
+if args.momentum and args.optimizer != "sgd":
+    parser.error("--momentum is SGD's: pass --optimizer sgd")
 
 # Horovod: initialize Horovod.
 hvd.init()
@@ -67,7 +71,7 @@ def train(name):
 
     # Horovod: scale the learning rate by the number of workers.
     scaled_lr = args.lr * hvd.size()
-    opt = OPTIMIZERS[args.optimizer](scaled_lr)
+    opt = OPTIMIZERS[args.optimizer](scaled_lr, **({"momentum": args.momentum} if args.momentum else {}))
 
     # Horovod: add the Horovod distributed optimizer; only `compression` differs from stock usage.
     opt = hvd.DistributedOptimizer(opt, compression=compression)
@@ -96,7 +100,9 @@ def train(name):
         check(all(np.array_equal(a, b) for a, b in zip(saved.get_weights(), model.get_weights())),
               f"{name}: the last ModelCheckpoint does not hold the trained weights")
     sparse = metrics.resolve(compression)
-    return {"compression": name, "optimizer": args.optimizer, "seed": args.seed,
+    handed = bool(sparse) and any(slot.delivered is not None for slot in sparse.memory.slots.values())
+    return {"compression": name, "optimizer": args.optimizer, "momentum": args.momentum, "seed": args.seed,
+            "handed_over": handed,  # GradPart read the optimizer's momentum (hvd_gradpart.momentum)
             "test_accuracy": float(accuracy), "test_loss": float(loss),
             "train_loss": float(history.history["loss"][-1]),
             "ratio": summary(sparse)["compression_ratio"] if sparse else 1.0}
