@@ -6,8 +6,9 @@ the wire dtype, in ascending position. With ``b`` in ``GAP_WIDTHS`` each value's
 gap from the element after the previous value (the first: from element 0) in a ``b``-bit code; a
 gap too long for ``b`` bits is preceded by escape codes ``2 ** b - 1``, each of which advances
 ``2 ** b - 1`` elements and places no value. Codes are packed least significant bit first and the
-last byte is padded with ones (escapes, or less than a code); each code is read from the (at most
-five) bytes it touches, so packing and unpacking are O(codes), whatever ``b``. So ``b = 32`` is one 32-bit word per
+last byte is padded with ones (escapes, or less than a code); each code is written into and read
+from the (at most two) little-endian 32-bit words it touches, so packing and unpacking are a few
+32-bit operations per code, whatever ``b``. So ``b = 32`` is one 32-bit word per
 value (the int32 rows of before, delta-coded), ``b = 16`` the 16-bit deltas with an escape,
 ``b = 1`` a position bitmap (bit 0 marks a value, 1 skips an element) that ends at the last value,
 and ``b = 0`` (``DENSE``) sends all ``n`` values and no positions (unselected ones are zero).
@@ -49,8 +50,8 @@ def _gaps(indices):
 
 
 def _escape(b):
-    """int64 escape code of ``b``-bit codes (``b``: an int32 scalar tensor or an int)."""
-    return tf.bitwise.left_shift(tf.constant(1, tf.int64), tf.cast(b, tf.int64)) - 1
+    """uint32 escape code of ``b``-bit codes, ``2 ** b - 1`` (``b``: an int32 scalar tensor or an int, 1 to 32)."""
+    return tf.bitwise.right_shift(tf.constant(0xFFFFFFFF, tf.uint32), tf.cast(32 - b, tf.uint32))
 
 
 def sizes(indices, n, value_bytes, sample=SAMPLE):
@@ -74,54 +75,61 @@ def sizes(indices, n, value_bytes, sample=SAMPLE):
     return HEADER_BYTES + tf.concat([dense, positions + k * value_bytes], 0)
 
 
-SPAN = 5  # bytes a code of up to 33 bits can touch at any bit offset
+def _places(count, b):
+    """The 32-bit word (int32) and the bit within it (uint32) where each of ``count`` ``b``-bit
+    codes starts."""
+    bit = tf.range(tf.cast(count, tf.int64)) * tf.cast(b, tf.int64)
+    return tf.cast(tf.bitwise.right_shift(bit, 5), tf.int32), tf.cast(tf.bitwise.bitwise_and(bit, 31), tf.uint32)
 
 
-def _span(b):
-    """int64 ``[0, 1, ...]``, one per byte a ``b``-bit code can touch (at most ``SPAN``)."""
-    return tf.range((tf.cast(b, tf.int64) + 14) // 8)
-
-
-def _offsets(count, b):
-    """Byte index and bit shift of each of ``count`` ``b``-bit codes (int64)."""
-    bit = tf.range(count) * tf.cast(b, tf.int64)
-    return tf.bitwise.right_shift(bit, 3), tf.bitwise.bitwise_and(bit, 7)
+def _spread(codes, word, shift, width):
+    """What each uint32 code of ``width`` bits puts into its word and into the next one, and
+    those words' indices."""
+    low = tf.bitwise.left_shift(codes, shift)
+    high = tf.where(shift + tf.cast(width, tf.uint32) > 32, tf.bitwise.right_shift(codes, 32 - shift),
+                    tf.zeros_like(codes))
+    return tf.concat([low, high], 0), tf.concat([word, word + 1], 0)
 
 
 def _pack(b, gaps):
-    """The ``b``-bit codes of ``gaps`` (``b``: int32 scalar, up to 33), as bytes: each gap's
-    escapes, then its remainder; each code, shifted to its bit offset, adds its bytes into the
-    (at most ``SPAN``) bytes it touches (codes share no bit); the last byte's spare high bits are
-    ones. No branch: one graph serves every width."""
-    escape, gaps = _escape(b), tf.cast(gaps, tf.int64)
-    # floor(gap / escape) by a float64 division: exact (gaps < 2 ** 31), much cheaper than int64's
-    escapes = tf.cast(tf.floor(tf.cast(gaps, tf.float64) / tf.cast(escape, tf.float64)), tf.int64)
-    count = tf.size(gaps, tf.int64) + tf.reduce_sum(escapes)
-    at = tf.cumsum(escapes) + tf.range(tf.size(gaps, tf.int64))
-    codes = tf.tensor_scatter_nd_update(tf.fill([count], escape), at[:, None], gaps - escapes * escape)
-    first, shift = _offsets(count, b)
-    shifted = tf.bitwise.left_shift(codes, shift)
-    size = (count * tf.cast(b, tf.int64) + 7) // 8
-    pad = size * 8 - count * tf.cast(b, tf.int64)
-    parts = tf.bitwise.bitwise_and(tf.bitwise.right_shift(shifted[:, None], 8 * _span(b)), 255)
-    ones = tf.bitwise.left_shift(tf.bitwise.left_shift(tf.constant(1, tf.int64), pad) - 1, 8 - pad)
-    total = tf.math.unsorted_segment_sum(tf.concat([tf.reshape(parts, [-1]), ones[None]], 0),
-                                         tf.concat([tf.reshape(first[:, None] + _span(b), [-1]),
-                                                    (size - 1)[None]], 0),
-                                         size + SPAN)
-    return tf.cast(total[:size], tf.uint8)
+    """The ``b``-bit codes of ``gaps`` (``b``: int32 scalar, 1 to 32), as bytes: each gap's
+    escapes, then its remainder; each code, shifted to its bit, adds itself into the (at most
+    two) little-endian 32-bit words it touches (codes share no bit, so the sum is their union);
+    the last byte's spare high bits are ones. No branch: one graph serves every width."""
+    escape = _escape(b)
+    # floor(gap / escape) by a float64 division: exact (gaps < 2 ** 31), much cheaper than an integer one
+    escapes = tf.cast(tf.floor(tf.cast(gaps, tf.float64) / tf.cast(escape, tf.float64)), tf.int32)
+    count = tf.size(gaps) + tf.reduce_sum(escapes)
+    at = tf.cumsum(escapes) + tf.range(tf.size(gaps))
+    rest = tf.cast(gaps, tf.uint32) - tf.cast(escapes, tf.uint32) * escape
+    codes = tf.tensor_scatter_nd_update(tf.fill([count], escape), at[:, None], rest)
+    bits = tf.cast(count, tf.int64) * tf.cast(b, tf.int64)
+    size = tf.cast((bits + 7) // 8, tf.int32)
+    pad = tf.cast(size, tf.int64) * 8 - bits
+    parts, words = _spread(codes, *_places(count, b), b)
+    ones, at_end = _spread(_escape(tf.cast(pad, tf.int32))[None] * tf.cast(pad > 0, tf.uint32),
+                           tf.cast(tf.bitwise.right_shift(bits, 5), tf.int32)[None],
+                           tf.cast(tf.bitwise.bitwise_and(bits, 31), tf.uint32)[None], pad)
+    packed = tf.math.unsorted_segment_sum(tf.concat([parts, ones], 0), tf.concat([words, at_end], 0),
+                                          (size + 3) // 4 + 2)
+    return tf.reshape(tf.bitcast(packed, tf.uint8), [-1])[:size]
 
 
 def _unpack(b, packed):
     """Ascending int32 indices of ``b``-bit codes in ``packed`` bytes (``b``: int32 scalar): each
-    code read from the bytes it touches, whatever the width."""
+    code read from the two 32-bit words it can touch, whatever the width."""
     escape = _escape(b)
-    first, shift = _offsets(tf.size(packed, tf.int64) * 8 // tf.cast(b, tf.int64), b)
-    padded = tf.cast(tf.concat([packed, tf.fill([SPAN], tf.constant(255, tf.uint8))], 0), tf.int64)
-    word = tf.reduce_sum(tf.bitwise.left_shift(tf.gather(padded, first[:, None] + _span(b)), 8 * _span(b)), 1)
-    codes = tf.bitwise.bitwise_and(tf.bitwise.right_shift(word, shift), escape)
+    size = tf.size(packed)
+    count = tf.cast(tf.cast(size, tf.int64) * 8 // tf.cast(b, tf.int64), tf.int32)
+    ones = tf.fill([tf.math.floormod(-size, 4) + 4], tf.constant(255, tf.uint8))
+    words = tf.bitcast(tf.reshape(tf.concat([packed, ones], 0), [-1, 4]), tf.uint32)
+    word, shift = _places(count, b)
+    low = tf.bitwise.right_shift(tf.gather(words, word), shift)
+    high = tf.where(shift + tf.cast(b, tf.uint32) > 32, tf.bitwise.left_shift(tf.gather(words, word + 1), 32 - shift),
+                    tf.zeros_like(low))
+    codes = tf.bitwise.bitwise_and(tf.bitwise.bitwise_or(low, high), escape)
     places = codes != escape
-    cursor = tf.cumsum(tf.where(places, codes + 1, escape))
+    cursor = tf.cumsum(tf.where(places, tf.cast(codes, tf.int64) + 1, tf.cast(escape, tf.int64)))
     return tf.cast(tf.boolean_mask(cursor - 1, places), tf.int32)
 
 

@@ -146,6 +146,33 @@ def test_every_format_decodes_to_the_same_bits(form, n, k, clustered):
     assert (tag, code, count) == (-1 - 1234, form, len(indices))
 
 
+def test_codes_are_packed_least_significant_bit_first_padded_with_ones():
+    # b = 3, escape 7: gaps 1, 9, 0 are the codes 1, 7 (an escape), 2, 0; 12 bits, then 4 ones
+    packed = formats._pack(tf.constant(3), tf.constant([1, 9, 0]))
+    assert packed.numpy().tolist() == [0b10111001, 0b11110000]
+    assert formats._unpack(tf.constant(3), packed).numpy().tolist() == [1, 11, 12]
+
+
+def reference_bits(gaps, b):
+    """The documented layout, bit by bit in numpy: escapes then the remainder, LSB first, ones to the byte."""
+    escape, bits = 2 ** b - 1, []
+    for gap in gaps:
+        codes = [escape] * (gap // escape) + [gap % escape]
+        bits += [(code >> i) & 1 for code in codes for i in range(b)]
+    bits += [1] * (-len(bits) % 8)
+    return np.packbits(np.array(bits, np.uint8), bitorder="little")
+
+
+@pytest.mark.parametrize("b", formats.GAP_WIDTHS)
+def test_every_width_packs_as_documented_across_32_bit_words(b):
+    rs = np.random.RandomState(b)
+    gaps = np.concatenate([rs.randint(0, 2 ** min(b, 20), 200), [0, 2 ** b - 1, 2 ** b, 3 * 2 ** b + 5]])
+    gaps = gaps[gaps < 2 ** 31].astype(np.int32) if b == 32 else gaps.astype(np.int32)
+    packed = formats._pack(tf.constant(b), tf.constant(gaps))
+    np.testing.assert_array_equal(packed.numpy(), reference_bits(gaps.tolist(), b))
+    np.testing.assert_array_equal(formats._unpack(tf.constant(b), packed).numpy(), np.cumsum(gaps + 1) - 1)
+
+
 @pytest.mark.parametrize("density, bound", [(0.003, 3.5), (0.01, 3.5), (0.03, 3.5), (0.2, 2.7)])
 def test_fp16_values_cost_at_most_the_bound_per_value_at_mlp_size(density, bound):
     n = 1024 * 1024
