@@ -71,7 +71,10 @@ def train(name):
 
     # Horovod: scale the learning rate by the number of workers.
     scaled_lr = args.lr * hvd.size()
-    opt = OPTIMIZERS[args.optimizer](scaled_lr, **({"momentum": args.momentum} if args.momentum else {}))
+    if args.momentum:  # Horovod's warm-up callback corrects the momentum: a legacy optimizer's variable
+        opt = tf.keras.optimizers.legacy.SGD(scaled_lr, momentum=args.momentum)
+    else:
+        opt = OPTIMIZERS[args.optimizer](scaled_lr)
 
     # Horovod: add the Horovod distributed optimizer; only `compression` differs from stock usage.
     opt = hvd.DistributedOptimizer(opt, compression=compression)
