@@ -1,6 +1,7 @@
 """Compress + decompress cost of every sparse method, as a multiple of one memory pass.
 
     python -m benchmarks.cost --out results/cost.json
+    python -m benchmarks.cost --group 40 --sizes 2304 9216 36864 --out results/cost-group.json
 
 The reference is one elementwise pass that reads the gradient and the residual and writes the
 residual (``residual.assign_add(grad)`` in a ``tf.function``), the least an error-feedback step
@@ -19,6 +20,10 @@ call's: the exchange's share of the cost (indices, payload, decoding) grows with
 allgather still waits for Horovod's background cycle: the run uses a 0.1 ms cycle unless
 ``HOROVOD_CYCLE_TIME`` is set, and reports the time of a bare allgather of one header row, the
 part of each figure that is that wait.
+
+With ``--group T`` each call compresses ``T`` gradients of the size, then decompresses them, as
+Horovod's grouped path (``groups=1``) does, so they share one exchange; every figure is then per
+gradient (the call's time over ``T``), against ``T`` reference passes in one function.
 """
 import argparse
 import json
@@ -38,13 +43,14 @@ from hvd_gradpart import get_compressor, summary  # noqa: E402
 WARMUP_CALLS = 8
 
 
-def reference_pass(n):
-    """``residual.assign_add(grad)`` on an ``n``-element float32 residual, in a ``tf.function``."""
-    residual = tf.Variable(tf.zeros([n]), trainable=False)
+def reference_pass(n, group=1):
+    """``residual.assign_add(grad)`` on ``group`` ``n``-element float32 residuals, in a ``tf.function``."""
+    residuals = [tf.Variable(tf.zeros([n]), trainable=False) for _ in range(group)]
 
     @tf.function
-    def run(grad):
-        residual.assign_add(grad, read_value=False)
+    def run(grads):
+        for residual, grad in zip(residuals, grads):
+            residual.assign_add(grad, read_value=False)
         return tf.zeros([1])
 
     return run
@@ -56,9 +62,14 @@ def bare_allgather():
 
 
 def step(compressor):
-    """Compress + decompress of one gradient, in a ``tf.function`` that returns one element
-    of the dense result (as the reference returns one), so no copy out is timed."""
-    return tf.function(lambda grad: tf.reshape(compressor.decompress(*compressor.compress(grad)), [-1])[:1])
+    """Compress of every gradient of a group, then decompress of each, in a ``tf.function`` that
+    returns one element of the dense results (as the reference returns one), so no copy out is
+    timed."""
+    def run(grads):
+        compressed = [compressor.compress(grad) for grad in grads]
+        return tf.concat([tf.reshape(compressor.decompress(*c), [-1])[:1] for c in compressed], 0)
+
+    return tf.function(run)
 
 
 def median_ms(runs, grads, calls):
@@ -75,32 +86,35 @@ def median_ms(runs, grads, calls):
     return {name: 1e3 * statistics.median(times) for name, times in spent.items()}
 
 
-def measure(n, calls):
-    """One size's row: the reference pass, the bare allgather and every method."""
+def measure(n, calls, group=1):
+    """One size's row: the reference pass, the bare allgather and every method, per gradient of a
+    group of ``group``."""
     rs = np.random.RandomState(n)
-    grads = [tf.constant(rs.laplace(0, 1e-3, n).astype(np.float32)) for _ in range(4)]
+    grads = [[tf.constant(rs.laplace(0, 1e-3, n).astype(np.float32)) for _ in range(group)] for _ in range(4)]
     gradpart = get_compressor("gradpart", follow_link=False)
     settle = step(gradpart)
     for i in range(calls):
         if i == calls - len(grads):  # the last call on each gradient: the density Top-k gets
             before = summary(gradpart)["total_sent_elements"]
         settle(grads[i % len(grads)]).numpy()
-    density = (summary(gradpart)["total_sent_elements"] - before) / (len(grads) * n)
+    density = (summary(gradpart)["total_sent_elements"] - before) / (len(grads) * n * group)
     compressors = {"gradpart": gradpart, "topk": get_compressor("topk", ratio=density),
                    "dgc": get_compressor("dgc", warmup_steps=0), "sidco": get_compressor("sidco"),
                    "variance": get_compressor("variance")}
-    runs = {"reference": reference_pass(n), "allgather": bare_allgather(),
+    runs = {"reference": reference_pass(n, group), "allgather": bare_allgather(),
             **{name: step(c) for name, c in compressors.items()}}
-    ms = median_ms(runs, grads, calls)
+    ms = {name: t / group for name, t in median_ms(runs, grads, calls).items()}
     methods = {name: {"ms": ms[name], "x_reference": ms[name] / ms["reference"],
                       "density": summary(c)["last_density"]} for name, c in compressors.items()}
-    return {"elements": n, "reference_ms": ms["reference"], "allgather_ms": ms["allgather"], "methods": methods}
+    return {"elements": n, "group": group, "reference_ms": ms["reference"], "allgather_ms": ms["allgather"],
+            "methods": methods}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=int, nargs="+", default=[1 << 20, 1 << 22])
     p.add_argument("--calls", type=int, default=30)
+    p.add_argument("--group", type=int, default=1, help="gradients compressed together (figures per gradient)")
     p.add_argument("--out", default="results/cost.json")
     args = p.parse_args()
     tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -108,7 +122,7 @@ def main():
     hvd.init()
     rows = []
     for n in args.sizes:
-        row = measure(n, args.calls)
+        row = measure(n, args.calls, args.group)
         rows.append(row)
         print(f"n={n}: reference pass {row['reference_ms']:.2f} ms, one-rank allgather {row['allgather_ms']:.2f} ms",
               flush=True)

@@ -170,6 +170,23 @@ def _no_copies(size):
     return Copies(empty, tf.zeros([size], tf.int32), tf.zeros([size], tf.int32))
 
 
+class Deferred:
+    """A payload made only when its group is gathered (several gradients' one payload, which
+    grows while they queue): what ``Group.add`` takes in place of a tensor."""
+
+    def payload(self):
+        """The payload tensor, made once, in the graph that gathers the group."""
+        raise NotImplementedError
+
+    def header(self):
+        """The digest its header carries, once every gradient joined."""
+        raise NotImplementedError
+
+    def what(self):
+        """What it carries, as named in a disagreement error."""
+        raise NotImplementedError
+
+
 class Group:
     """Payloads queued in one graph (or eagerly) until their common allgather."""
 
@@ -178,8 +195,9 @@ class Group:
         self.parts = None
 
     def add(self, payload, header_digest, what, skip=None):
-        """Queues ``payload``; returns its position in the group. ``skip``: a bool tensor,
-        true on a step whose payload is empty because its gradient went dense."""
+        """Queues ``payload`` (a tensor, or a ``Deferred`` with None for the digest and what);
+        returns its position in the group. ``skip``: a bool tensor, true on a step whose
+        payload is empty because its gradients went dense."""
         if self.parts is not None:
             raise RuntimeError("hvd_gradpart: a payload was queued on a group already gathered")
         self.payloads.append(payload)
@@ -190,8 +208,13 @@ class Group:
 
     def gathered(self, position):
         """Every rank's payload ``position``, in rank order (see ``unpack``); gathers the group
-        once, unless every payload in it skips (then each is empty)."""
+        once (``Deferred`` payloads made first), unless every payload in it skips (then each is
+        empty)."""
         if self.parts is None:
+            for i, deferred in enumerate(self.payloads):
+                if isinstance(deferred, Deferred):
+                    self.payloads[i], self.digests[i], self.whats[i] = (
+                        deferred.payload(), deferred.header(), deferred.what())
             if any(skip is None for skip in self.skips):
                 self.parts = self._gather()
             else:
@@ -239,15 +262,8 @@ def queued():
     return 0 if group is None else len(group.payloads)
 
 
-def enqueue(payload, header_digest, what, skip=None):
-    """Queues ``payload`` on the open group of the current graph; returns its ``Ticket``.
-
-    Args:
-        payload: ``encode``'s payload (or an empty one when ``skip`` holds).
-        header_digest: the digest packed in its header.
-        what: the gradient, as named in a disagreement error.
-        skip: see ``Group.add``.
-    """
+def open_group():
+    """The open group of the current graph, opened when there is none."""
     group = _open_group()
     if group is None:
         group = Group()
@@ -255,6 +271,19 @@ def enqueue(payload, header_digest, what, skip=None):
             _EAGER.group = group
         else:
             _OPEN[tf.compat.v1.get_default_graph()] = group
+    return group
+
+
+def enqueue(payload, header_digest, what, skip=None):
+    """Queues ``payload`` on the open group of the current graph; returns its ``Ticket``.
+
+    Args:
+        payload: ``encode``'s payload (or an empty one when ``skip`` holds), or a ``Deferred``.
+        header_digest: the digest packed in its header (None for a ``Deferred``).
+        what: the gradient, as named in a disagreement error (None for a ``Deferred``).
+        skip: see ``Group.add``.
+    """
+    group = open_group()
     return Ticket(group, group.add(payload, header_digest, what, skip))
 
 

@@ -22,56 +22,105 @@ import time
 from typing import NamedTuple
 
 import horovod.tensorflow as hvd
+import numpy as np
 import tensorflow as tf
 
 COUNTERS = ("steps", "elements", "dense_bytes", "sent_elements", "sent_bytes",
             "total_dense_bytes", "total_sent_bytes", "total_sent_elements")
 
 
+TOTALS = {"total_dense_bytes": "dense_bytes", "total_sent_bytes": "sent_bytes",
+          "total_sent_elements": "sent_elements"}  # running total -> the step's figure it adds up
+
+
+class Figures(NamedTuple):
+    """One gradient's figures as a step records them: a float64 variable, a column per name."""
+
+    variable: tf.Variable
+    names: tuple
+
+
 class TensorMetrics(tf.Module):
-    """Scalar float64 variables describing one gradient's traffic."""
+    """One gradient's traffic figures: one float64 variable with a named column per figure
+    (``COUNTERS``, then what the method declares), read and written whole."""
 
     def __init__(self):
         super().__init__(name="metrics")
-        self.values = {}
+        self.names = ()
+        self.variable = None
 
     def declare(self, names):
-        """Makes the variables of ``names`` that do not exist yet (a step shared by several
-        gradients records into the variables it is handed, so they must exist first)."""
-        for name in names:
-            if name not in self.values:
-                with tf.init_scope():
-                    self.values[name] = tf.Variable(tf.zeros([], tf.float64), trainable=False, name=name)
+        """Adds columns for the ``names`` that have none yet, keeping the values recorded so far
+        (declare every name before a step records: a step writes the variable it was handed)."""
+        new = tuple(dict.fromkeys(n for n in names if n not in self.names))
+        if not new:
+            return
+        with tf.init_scope():
+            old = self.variable.numpy() if self.variable is not None else np.zeros([0])
+            self.names += new
+            self.variable = tf.Variable(np.concatenate([old, np.zeros([len(new)])]), trainable=False,
+                                        dtype=tf.float64, name="figures")
+
+    @property
+    def figures(self):
+        """``Figures`` of this gradient (every name declared so far)."""
+        return Figures(self.variable, self.names)
 
     def record(self, elements, dense_bytes, sent_elements, sent_bytes, **diagnostics):
         """Adds one step's figures (tensors or numbers)."""
         self.declare(COUNTERS + tuple(diagnostics))
-        record(self.values, elements=elements, dense_bytes=dense_bytes, sent_elements=sent_elements,
+        record(self.figures, elements=elements, dense_bytes=dense_bytes, sent_elements=sent_elements,
                sent_bytes=sent_bytes, **diagnostics)
 
     def read(self):
-        """The current values as Python floats."""
-        return {name: float(v.numpy()) for name, v in self.values.items()}
+        """The current values as Python floats, by name."""
+        return {} if self.variable is None else dict(zip(self.names, self.variable.numpy().tolist()))
 
 
-def record(values, elements, dense_bytes, sent_elements, sent_bytes, **diagnostics):
-    """Adds one step's figures into ``values`` (``TensorMetrics.values``: every name declared).
+def _next(old, names, figures):
+    """``old`` rows (``[..., len(names)]``) after one step's ``figures`` (name -> value, shaped as
+    a row's leading dimensions): ``steps`` counts, totals add up, the others are set."""
+    undeclared = set(figures) - set(names)
+    if undeclared:
+        raise KeyError(f"hvd_gradpart: metrics {sorted(undeclared)} were not declared (a selection rule lists "
+                       "its diagnostics in DIAGNOSTICS)")
+    shape = tf.shape(old)[:-1]
+    column = lambda x: tf.broadcast_to(tf.cast(x, tf.float64), shape)
+    zero = tf.zeros(shape, tf.float64)
+    keep = tf.constant([0.0 if name in figures else 1.0 for name in names], tf.float64)
+    added = [column(1.0) if name == "steps" else column(figures[TOTALS[name]]) if name in TOTALS
+             else column(figures[name]) if name in figures else zero for name in names]
+    return old * keep + tf.stack(added, axis=-1)
+
+
+def record(figures, elements, dense_bytes, sent_elements, sent_bytes, **diagnostics):
+    """Adds one step's figures into ``figures`` (``TensorMetrics.figures``: every name declared).
 
     Raises:
-        KeyError: a figure has no declared variable.
+        KeyError: a figure has no declared column.
     """
-    as64 = lambda x: tf.cast(x, tf.float64)
-    missing = {"steps", *diagnostics} - set(values)
-    if missing:
-        raise KeyError(f"hvd_gradpart: metrics {sorted(missing)} were not declared (a selection rule lists "
-                       "its diagnostics in DIAGNOSTICS)")
-    values["steps"].assign_add(tf.constant(1.0, tf.float64))
-    for name, x in (("elements", elements), ("dense_bytes", dense_bytes),
-                    ("sent_elements", sent_elements), ("sent_bytes", sent_bytes), *diagnostics.items()):
-        values[name].assign(as64(x))
-    values["total_dense_bytes"].assign_add(as64(dense_bytes))
-    values["total_sent_bytes"].assign_add(as64(sent_bytes))
-    values["total_sent_elements"].assign_add(as64(sent_elements))
+    step = dict(elements=elements, dense_bytes=dense_bytes, sent_elements=sent_elements, sent_bytes=sent_bytes,
+                **diagnostics)
+    figures.variable.assign(_next(figures.variable.read_value(), figures.names, step), read_value=False)
+
+
+def amend(figures, add=(), put=()):
+    """Adds ``add`` (pairs of a name and a value) to, and sets ``put`` in, the columns of
+    ``figures`` (what a step's second part sends, after the first part recorded)."""
+    add, put = dict(add), dict(put)
+    keep = tf.constant([0.0 if name in put else 1.0 for name in figures.names], tf.float64)
+    zero = tf.constant(0.0, tf.float64)
+    step = tf.stack([tf.cast(put.get(name, add.get(name, zero)), tf.float64) for name in figures.names])
+    figures.variable.assign(figures.variable.read_value() * keep + step, read_value=False)
+
+
+def record_each(each, **columns):
+    """``record`` of several gradients at once: ``each`` their ``Figures`` (the same names),
+    ``columns`` one value per gradient (``[T]`` tensors, or numbers every gradient shares);
+    returns the writes."""
+    names = each[0].names
+    rows = _next(tf.stack([f.variable.read_value() for f in each]), names, columns)
+    return [f.variable.assign(rows[i], read_value=False) for i, f in enumerate(each)]
 
 
 def resolve(compression):

@@ -139,12 +139,16 @@ class Budget(tf.Module):
         gradient's ``stamps`` variable (``stamps_of``). Returns ``after``."""
         with tf.control_dependencies(tf.nest.flatten(after)):
             left = tf.timestamp()
-        row = tf.concat([tf.stack([began, left, tf.zeros([], tf.float64)]), counts[:3],
-                         tf.reshape(tf.cast(elements, tf.float64), [1]), counts[3:],
-                         tf.cast(tf.reshape(dense, [1]), tf.float64)], 0)
-        stamp = stamps.assign(row, read_value=False)
-        with tf.control_dependencies([stamp]):
-            return tf.nest.map_structure(tf.identity, after)
+        return _stamped(stamps, [began, left, tf.zeros([], tf.float64)], counts, dense, elements, after)
+
+    @staticmethod
+    def held(stamps, began, left, counts, dense, elements, after):
+        """Gradients whose ``compress`` work ran from ``began`` to ``left`` have their sum once
+        ``after`` exists: stamps the three times and ``counts`` (as ``left``) into one
+        ``stamps`` variable. Returns ``after``."""
+        with tf.control_dependencies(tf.nest.flatten(after)):
+            arrived = tf.timestamp()
+        return _stamped(stamps, [began, left, arrived], counts, dense, elements, after)
 
     def arrived(self, key, reduced):
         """A ``decompress`` of gradient ``key`` starts with ``reduced`` in hand; returns it."""
@@ -159,6 +163,16 @@ class Budget(tf.Module):
         Returns the op."""
         figures = tf.cast(reduced_figures, tf.float64) / tf.cast(marker, tf.float64)
         return self.shared.assign(tf.reshape(figures, [FIGURES]), read_value=False)
+
+
+def _stamped(stamps, times, counts, dense, elements, after):
+    """Writes one stamps row (``STAMPS``: the three times, then the counts); returns ``after``
+    once it is written."""
+    row = tf.concat([tf.stack(times), counts[:3], tf.reshape(tf.cast(elements, tf.float64), [1]), counts[3:],
+                     tf.cast(tf.reshape(dense, [1]), tf.float64)], 0)
+    stamp = stamps.assign(row, read_value=False)
+    with tf.control_dependencies([stamp]):
+        return tf.nest.map_structure(tf.identity, after)
 
 
 class _Collector:

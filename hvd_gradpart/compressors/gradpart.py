@@ -36,7 +36,7 @@ Each step, per gradient (formulas and their derivation in docs/algorithm.md):
 """
 import tensorflow as tf
 
-from hvd_gradpart import entropy, exchange, partition, spectral, stats
+from hvd_gradpart import entropy, exchange, fused, metrics, partition, spectral, stats
 from hvd_gradpart.compressors import topk
 from hvd_gradpart.compressors.linked import LinkAwareCompressor
 from hvd_gradpart.compressors.research import GradPartResearch
@@ -91,6 +91,9 @@ class GradPartCompressor(LinkAwareCompressor):
     def state_spec(self):
         return {"mu": _SCALAR(0.0), "alpha": _SCALAR(1.0), "beta": _SCALAR(2.0), "steps": _SCALAR(0.0)}
 
+    def figure_names(self):
+        return super().figure_names() + (("key_bytes", "rank") if self.research.spectral else ())
+
     def sums_in_compress(self):
         return self.research.spectral
 
@@ -116,15 +119,12 @@ class GradPartCompressor(LinkAwareCompressor):
     def after_split(self, slot, split):
         if split is None:
             return
-        slot.metrics.declare(("key_bytes", "rank"))
-        key, figures = self.keys[slot.key], slot.metrics.values
+        key = self.keys[slot.key]
         sent = key.sent_bytes(split.width)
         values = tf.cast(split.width * (key.fan_in + key.out), tf.float64)
-        figures["key_bytes"].assign(sent, read_value=False)
-        figures["rank"].assign(tf.cast(split.width, tf.float64), read_value=False)
-        for name, x in (("sent_bytes", sent), ("total_sent_bytes", sent), ("sent_elements", values),
-                        ("total_sent_elements", values)):
-            figures[name].assign_add(x, read_value=False)
+        metrics.amend(slot.metrics.figures, put={"key_bytes": sent, "rank": tf.cast(split.width, tf.float64)},
+                      add={"sent_bytes": sent, "total_sent_bytes": sent, "sent_elements": values,
+                           "total_sent_elements": values})
 
     def slot_view(self, slot, grad, split=None):
         view = super().slot_view(slot, grad, split)
@@ -134,10 +134,40 @@ class GradPartCompressor(LinkAwareCompressor):
 
     @tf.function(jit_compile=True, reduce_retracing=True, autograph=False)
     def plan(self, sample, valid, previous, steps, n, price):
+        """``planned`` as one compiled call, traced once for every size (the sample's length is
+        fixed and ``n`` is a tensor)."""
+        return self.planned(sample, valid, previous, steps, n, price)
+
+    @tf.function(jit_compile=True, autograph=False)
+    def _plan_each(self, samples, valid, previous, steps, n, price):
+        """``planned`` of each row of ``[T, ...]`` arguments, in one compiled call."""
+        return tf.vectorized_map(lambda args: self.planned(*args), (samples, valid, previous, steps, n, price))
+
+    def plan_all(self, samples, valid, slots, price):
+        """``planned`` of every gradient of a batch (``batch.Batch``): ``samples`` and ``valid``
+        ``[T, sample_size]``, ``slots`` their slots, ``price`` float64 ``[T]``; a nest of ``[T]``
+        tensors."""
+        read = lambda name: tf.stack([slot.state[name].read_value() for slot in slots])
+        previous = stats.Fit(read("mu"), read("alpha"), read("beta"), tf.fill([len(slots)], stats.GAUSSIAN))
+        n = tf.constant([float(slot.residual.shape.num_elements()) for slot in slots], tf.float64)
+        return self._plan_each(samples, valid, previous, read("steps"), n, price)
+
+    def stored_plan(self, plan, slots):
+        """Stores each fit of a batch's ``plan`` in its slot and counts the step; returns the
+        diagnostics (``DIAGNOSTICS``: ``[T]`` tensors)."""
+        fit, key_size, _, tau_key, tau_sparse = plan
+        for i, slot in enumerate(slots):
+            s = slot.state
+            s["mu"].assign(fit.mu[i], read_value=False)
+            s["alpha"].assign(fit.alpha[i], read_value=False)
+            s["beta"].assign(fit.beta[i], read_value=False)
+            s["steps"].assign_add(tf.constant(1.0, tf.float64), read_value=False)
+        return {"family": fit.family, "mu": fit.mu, "alpha": fit.alpha, "beta": fit.beta,
+                "key_size": key_size, "tau_key": tau_key, "tau_sparse": tau_sparse}
+
+    def planned(self, sample, valid, previous, steps, n, price):
         """Predicted fit, key-area size, boundary and thresholds for an
-        ``n``-element gradient, from its strided ``sample``: O(sample), one
-        compiled call, traced once for every size (the sample's length is fixed
-        and ``n`` is a tensor).
+        ``n``-element gradient, from its strided ``sample``: O(sample).
 
         Args:
             sample: strided sample of the fresh gradient (zeros are ignored).
@@ -201,18 +231,66 @@ class GradPartCompressor(LinkAwareCompressor):
         progress = tf.minimum(steps / self.research.warmup_steps, 1.0)
         return self.density_ceiling * (self.research.density_floor / self.density_ceiling) ** progress
 
-    def guard(self, acc, candidates, steps):
-        """The candidates' indices; over the ceiling the largest of them (``topk.top_among``
-        the candidates, no pass over the tensor); under the floor (the warm-up's at
-        ``steps`` while it lasts) exact top-k of the whole tensor (``topk.top_k``)."""
-        n = tf.cast(tf.size(acc), tf.float64)
+    def batches(self, tensor):
+        """Whether ``tensor`` joins its group's ``batch.Batch`` (traced, float32, no spectral key area)."""
+        matrix = self.research.spectral and spectral.matrix_shape(tensor.shape, self.research.max_rank) is not None
+        return not tf.executing_eagerly() and tensor.dtype == exchange.MARKER_DTYPE and not matrix
+
+    @tf.function(jit_compile=True, autograph=False)
+    def batch_sweep(self, residual, grad, plan, sizes):
+        """``_sweep`` of a batch's flat buffer, each element against its own gradient's plan
+        (``sizes``: the gradients' elements, in order)."""
+        fit, key_size, edge, tau_key, tau_sparse = plan
+        per = lambda x: tf.cast(x[0] if len(sizes) == 1 else tf.repeat(tf.cast(x, grad.dtype), sizes), grad.dtype)
+        acc = residual + grad
+        each = (stats.Fit(per(fit.mu), fit.alpha, fit.beta, fit.family), key_size, per(edge), per(tau_key),
+                per(tau_sparse))
+        energy = tf.reduce_sum(tf.square(tf.cast(acc, tf.float32)))
+        return acc, fused.mask_bytes(acc, self.mask(acc, grad, {}, each)), energy
+
+    def bounds(self, n, steps):
+        """The floor and ceiling, in values, of gradients of ``n`` elements (float64 tensors)
+        that saw ``steps`` steps: int32 ``(low, high)``."""
         one = tf.constant(1.0, tf.float64)
         floor, warmup = self.research.density_floor, self.research.warmup_steps
         low = tf.minimum(n, tf.maximum(one, tf.math.ceil(floor * n))) if floor > 0 else 0 * n
         high = tf.maximum(low, tf.floor(self.density_ceiling * n))
         if warmup > 0 and floor > 0:
             low = tf.clip_by_value(tf.math.ceil(self.floor(steps) * n), low, high)
-        low, high = tf.cast(low, tf.int32), tf.cast(high, tf.int32)
+        return tf.cast(low, tf.int32), tf.cast(high, tf.int32)
+
+    def guard_all(self, acc, candidates, layout, slots):
+        """``guard`` of every gradient of a batch at once: the candidates' flat indices, those of
+        the gradients over their ceiling or under their floor chosen again (a loop over those alone)."""
+        steps = tf.stack([slot.state["steps"].read_value() for slot in slots])
+        low, high = self.bounds(tf.constant(layout.sizes, tf.float64), steps)
+        counts = tf.cast(layout.count(candidates.indices), tf.int32)
+        wrong = (counts > high) | (counts < low)
+
+        def again():
+            kept = tf.boolean_mask(candidates.indices, tf.gather(tf.logical_not(wrong), layout.owner(candidates.indices)))
+            todo = tf.cast(tf.where(wrong)[:, 0], tf.int32)
+            starts = tf.cumsum(counts, exclusive=True)
+            offsets, sizes = tf.constant(layout.offsets, tf.int32), tf.constant(layout.sizes, tf.int32)
+
+            def one(j, chosen):
+                t = todo[j]
+                own = fused.Candidates(candidates.indices[starts[t]:starts[t] + counts[t]], counts[t])
+                picked = tf.cond(counts[t] > high[t], lambda: topk.top_among(acc, own, high[t]),
+                                 lambda: topk.top_k(acc[offsets[t]:offsets[t] + sizes[t]], low[t]) + offsets[t])
+                return j + 1, chosen.write(j, picked)
+
+            chosen = tf.TensorArray(tf.int32, size=tf.size(todo), infer_shape=False, element_shape=[None])
+            _, chosen = tf.while_loop(lambda j, _: j < tf.size(todo), one, (tf.constant(0), chosen))
+            return tf.sort(tf.concat([kept, chosen.concat()], 0))
+
+        return tf.cond(tf.reduce_any(wrong), again, lambda: candidates.indices)
+
+    def guard(self, acc, candidates, steps):
+        """The candidates' indices; over the ceiling the largest of them (``topk.top_among``
+        the candidates, no pass over the tensor); under the floor (the warm-up's at
+        ``steps`` while it lasts) exact top-k of the whole tensor (``topk.top_k``)."""
+        low, high = self.bounds(tf.cast(tf.size(acc), tf.float64), steps)
         count = candidates.count
         capped = lambda: tf.cond(count > high, lambda: topk.top_among(acc, candidates, high),
                                  lambda: candidates.indices)

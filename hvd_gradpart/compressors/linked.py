@@ -11,6 +11,7 @@ nothing but its key area this step (``quiet``) skips the gather (when every payl
 group does) and the decoding. Each gradient stamps its own times and counts. Nothing here
 writes a variable that another gradient's branch touches.
 """
+import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -18,8 +19,9 @@ import tensorflow as tf
 
 from hvd_gradpart import branch, exchange, metrics
 from hvd_gradpart.budget import FIGURES, HEAD, LEAST, Budget
+from hvd_gradpart.compressors import batch as batch_step
 from hvd_gradpart.compressors.base import Context, _OnDefaultInstance, elements
-from hvd_gradpart.compressors.sparse import SparseCompressor, view_grad
+from hvd_gradpart.compressors.sparse import SlotView, SparseCompressor, view_grad
 from hvd_gradpart.memory import called_at_call_time, function_graph
 
 
@@ -43,10 +45,13 @@ class LinkAwareCompressor(SparseCompressor):
         **kwargs: see ``SparseCompressor``.
     """
 
+    _TF_MODULE_IGNORED_PROPERTIES = SparseCompressor._TF_MODULE_IGNORED_PROPERTIES | {"_batches"}
+
     def __init__(self, follow_link=True, **kwargs):
         super().__init__(**kwargs)
         self.follow_link = bool(follow_link)
         self.budgets = {}  # one link budget per model's step (the slot keys' prefix)
+        self._batches = weakref.WeakKeyDictionary()  # exchange.Group -> its batch of this compressor
 
     def link_budget(self, slot):
         """The budget of the step ``slot`` belongs to, made on first use; None when not
@@ -86,8 +91,15 @@ class LinkAwareCompressor(SparseCompressor):
         least = budget.stamps_of(slot.key)[LEAST]
         return tf.where(tf.math.is_finite(least), least, 0.0)
 
+    def batches(self, tensor):
+        """Whether ``tensor`` joins its group's ``batch.Batch`` (a subclass that can says so)."""
+        return False
+
     def _compress(self, tensor):
-        """As ``SparseCompressor._compress``, or the gradient itself on a dense step."""
+        """As ``SparseCompressor._compress``, or the gradient itself on a dense step; a gradient
+        that ``batches`` joins its group's batch."""
+        if self.batches(tensor):
+            return self._join(tensor)
         graph = function_graph()
         if not self.follows(graph) or tensor.dtype != exchange.MARKER_DTYPE:
             return super()._compress(tensor)
@@ -114,6 +126,53 @@ class LinkAwareCompressor(SparseCompressor):
         ticket = exchange.enqueue(payload, described.header, described.what, skip=skip)
         context = self.context(ticket, tensor, slot, described, split)
         return tf.concat([values, tail], 0), LinkContext(context, budget, slot.key, dense, first, view.quiet)
+
+    def _join(self, tensor):
+        """``(marker, or the gradient on a dense step, batch.Joined)``: the gradient joins its
+        group's batch, which sends it with the others (``hvd_gradpart.compressors.batch``)."""
+        graph = function_graph()
+        slot = self.memory.slot(tensor, self.state_spec())
+        slot.metrics.declare(self.figure_names())
+        budget, described = self.link_budget(slot), self.describe(tensor, slot)
+        grad = tf.reshape(tensor, [-1])
+        with tf.control_dependencies([grad]):
+            began = tf.timestamp()
+        batch = self._open_batch(budget)
+        values, tail, first = tf.zeros([0], grad.dtype), exchange.marker(), False
+        if budget is not None:
+            now, first = budget.now(), budget.first(graph, slot.key)
+            values = self._shared_dense(slot.residual, slot.metrics.figures, grad, batch.dense,
+                                        budget.config.drain)
+            if first:
+                tail = tf.concat([tail, tf.cast(now[HEAD:], exchange.MARKER_DTYPE)], 0)
+        with tf.control_dependencies([values]):
+            left = tf.timestamp()
+        position = batch.join(batch_step.Member(slot, grad, described.header, described.what, self.price(slot),
+                                                began, left))
+        context = self.context(batch.ticket, tensor, slot, described, None)
+        return tf.concat([values, tail], 0), batch_step.Joined(batch, position, tensor, context, first,
+                                                               tail.shape.num_elements())
+
+    def _open_batch(self, budget):
+        """The batch of this compressor in the open group of the current graph, opened when there is none."""
+        group = exchange.open_group()
+        batch = self._batches.get(group)
+        if batch is None or batch.sent():
+            dense = None if budget is None else budget.now()[0] > 0.5
+            batch = self._batches[group] = batch_step.Batch(self, dense, budget)
+        return batch
+
+    @tf.function(autograph=False, reduce_retracing=True, experimental_attributes={"_noinline": True})
+    def _shared_dense(self, residual, figures, grad, dense, drain):
+        """A batched gradient's part of a dense step (``_dense``, its residual and metrics
+        stored), else nothing; one function per dtype, shared by every gradient."""
+        def step():
+            view = SlotView(residual.value(), {}, {}, figures, tf.constant(0.0, tf.float64))
+            values, _, _, kept = self._dense(view, grad, drain)
+            with tf.control_dependencies([residual.assign(kept, read_value=False)]):
+                return tf.identity(values)
+
+        return branch.cond(dense, step, lambda: tf.zeros([0], grad.dtype))
 
     @tf.function(autograph=False, reduce_retracing=True, experimental_attributes={"_noinline": True})
     def _shared_step(self, view, grad, dense, began, stamps, drain, header, opens_group):
@@ -143,7 +202,10 @@ class LinkAwareCompressor(SparseCompressor):
 
     @_OnDefaultInstance
     def decompress(self, tensor, ctx):
-        """As ``SparseCompressor.decompress``; a dense step's sum passes through."""
+        """As ``SparseCompressor.decompress``; a dense step's sum passes through; a batched
+        gradient's is its share of the batch's."""
+        if isinstance(ctx, batch_step.Joined):
+            return self._share(tensor, ctx)
         if not isinstance(ctx, LinkContext):
             return super().decompress(tensor, ctx)
         self._hint_if_per_tensor(tensor)
@@ -160,3 +222,13 @@ class LinkAwareCompressor(SparseCompressor):
             with tf.control_dependencies([ctx.budget.brought(tensor[-FIGURES:], marker[0])]):
                 total = tf.identity(total)
         return self._finish(total, context, scale)
+
+    def _share(self, tensor, ctx):
+        """``decompress`` of a batched gradient (``_join``)."""
+        self._hint_if_per_tensor(tensor)
+        total = ctx.batch.share(ctx.position, tensor, ctx.tail)
+        marker = tensor[-ctx.tail:][:1]
+        if ctx.first and ctx.batch.budget is not None:
+            with tf.control_dependencies([ctx.batch.budget.brought(tensor[-FIGURES:], marker[0])]):
+                total = tf.identity(total)
+        return self._finish(total, ctx.context, exchange.marker_scale(marker))

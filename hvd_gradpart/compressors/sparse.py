@@ -42,7 +42,7 @@ class SlotView(NamedTuple):
     residual: tf.Tensor    # its residual's value (a step returns the next one, which the caller stores)
     state: dict            # name -> its per-method variable
     inputs: dict           # name -> what ``accumulate`` gets (``SparseCompressor.inputs``)
-    metrics: dict          # name -> its metrics variable (``TensorMetrics.values``), every name declared
+    metrics: object        # its ``metrics.Figures``, every name declared
     price: tf.Tensor       # float64: nats a sent value costs beyond its position in its tensor (0: not priced)
     quiet: tf.Tensor = None  # bool: send nothing this step, keep it all (None: never)
 
@@ -167,12 +167,16 @@ class SparseCompressor(BaseCompressor):
 
     # The step ---------------------------------------------------------------
 
+    def figure_names(self):
+        """The metrics every gradient's step records (``metrics.TensorMetrics``)."""
+        return metrics.COUNTERS + ("wire_format",) + self.DIAGNOSTICS
+
     def slot_view(self, slot, grad, split=None):
         """``SlotView`` of ``slot`` for a step on the flat ``grad``, or on ``split``'s sparse part."""
-        slot.metrics.declare(metrics.COUNTERS + ("wire_format",) + self.DIAGNOSTICS)
+        slot.metrics.declare(self.figure_names())
         residual = slot.residual.value() if split is None else split.residual
         return SlotView(residual, dict(slot.state), self.inputs(slot, view_grad(grad, split)),
-                        dict(slot.metrics.values), self.price(slot))
+                        slot.metrics.figures, self.price(slot))
 
     def context(self, ticket, tensor, slot, described, split):
         """The ``Context`` of a sparsified gradient, with ``slot``'s hand-over to a momentum

@@ -55,7 +55,7 @@ def state(model, comp):
         slot = comp.memory.slots[key]
         arrays.append(slot.residual.numpy())
         arrays += [slot.state[name].numpy() for name in sorted(slot.state)]
-        arrays += [slot.metrics.values[name].numpy() for name in sorted(slot.metrics.values)]
+        arrays += [slot.metrics.variable.numpy()] if slot.metrics.variable is not None else []
     return arrays
 
 

@@ -165,7 +165,7 @@ def one_after_another(method, what, first, second):
     after_second = state(compressor)
     mine, theirs = set(after_first) - set(before), set(after_second) - set(after_first)
     expect(mine and theirs, f"slots {sorted(mine)} then {sorted(theirs)}: a model got none of its own")
-    expect(all(compressor.memory.slots[k].metrics.values["steps"].numpy() > 0 for k in theirs),
+    expect(all(compressor.memory.slots[k].metrics.read()["steps"] > 0 for k in theirs),
            "the second model did not use its slots")
     expect(all(same(after_second[k], v) for k, v in after_first.items()),
            "training the second model changed the first one's slots")
@@ -186,7 +186,7 @@ def same_shapes_do_not_leak(name, method):
     if getattr(fresh, "budgets", None):
         # GradPart follows the link: what it sends depends on the times each step measures, so
         # two runs are not bit-identical; shared slots would still carry the first model's counts
-        counts = lambda c, keys: sorted(c.memory.slots[k].metrics.values["steps"].numpy() for k in keys)
+        counts = lambda c, keys: sorted(c.memory.slots[k].metrics.read()["steps"] for k in keys)
         mine = [k for k in method.instance().memory.slots if k not in earlier]
         expect(len(theirs) == 2 and counts(method.instance(), mine) == counts(fresh, fresh.memory.slots),
                "the second model's slots counted other steps than the same model's trained alone")
