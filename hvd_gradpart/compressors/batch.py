@@ -24,6 +24,9 @@ import numpy as np
 import tensorflow as tf
 
 from hvd_gradpart import branch, exchange, formats, fused, metrics
+from hvd_gradpart.memory import creating_slot_variables
+
+_OWNERS = {}  # a layout's sizes -> the variable of ``Layout.owners`` (untracked: no checkpoint holds it)
 
 
 class Layout:
@@ -45,9 +48,17 @@ class Layout:
             positions[i, :len(taken)], valid[i, :len(taken)] = offset + taken, True
         self.positions, self.valid = positions, valid
 
-    def per_element(self, x):
-        """A per-gradient ``[T]`` tensor broadcast over the flat buffer (a scalar for one gradient)."""
-        return x[0] if len(self.sizes) == 1 else tf.repeat(x, self.sizes)
+    def owners(self):
+        """int32 ``[total]``: the gradient each element belongs to, read from a variable made
+        once per layout (a gather from it broadcasts per-gradient figures, also in compiled
+        code); None for one gradient."""
+        if len(self.sizes) == 1:
+            return None
+        if self.sizes not in _OWNERS:
+            with tf.init_scope(), creating_slot_variables():
+                _OWNERS[self.sizes] = tf.Variable(np.repeat(np.arange(len(self.sizes), dtype=np.int32), self.sizes),
+                                                  trainable=False, name="owners")
+        return _OWNERS[self.sizes].read_value()
 
     def owner(self, indices):
         """The gradient each flat int32 index belongs to (int32)."""
@@ -171,7 +182,7 @@ class Batch(exchange.Deferred):
         plan = c.plan_all(tf.gather(grad, layout.positions), tf.constant(layout.valid),
                           [m.slot for m in members], tf.stack([m.price for m in members]))
         sweep = fused.by_size(c.batch_sweep, layout.total)
-        acc, marked, energy = sweep(residual, grad, plan, layout.sizes)
+        acc, marked, energy = sweep(residual, grad, plan, layout.owners())
         candidates = fused.compact(marked)
         energy = tf.cast(energy, tf.float64)
         return branch.cond(fused.finite(acc, candidates),
@@ -244,5 +255,7 @@ class Batch(exchange.Deferred):
         """Gradient ``position``'s flat sum: its values in Horovod's ``reduced`` tensor (a dense
         step) or its slice of the group's decoded sum."""
         offset, n = self.layout.offsets[position], self.layout.sizes[position]
-        values = reduced[:tf.size(reduced) - tail]
-        return tf.concat([values, self.total(exchange.marker_scale(reduced[-tail:][:1]))[offset:offset + n]], 0)
+        share = self.total(exchange.marker_scale(reduced[-tail:][:1]))[offset:offset + n]
+        if self.dense is None:
+            return share
+        return branch.cond(self.dense, lambda: reduced[:n], lambda: share)

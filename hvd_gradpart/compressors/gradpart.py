@@ -237,11 +237,11 @@ class GradPartCompressor(LinkAwareCompressor):
         return not tf.executing_eagerly() and tensor.dtype == exchange.MARKER_DTYPE and not matrix
 
     @tf.function(jit_compile=True, autograph=False)
-    def batch_sweep(self, residual, grad, plan, sizes):
+    def batch_sweep(self, residual, grad, plan, owners):
         """``_sweep`` of a batch's flat buffer, each element against its own gradient's plan
-        (``sizes``: the gradients' elements, in order)."""
+        (``owners``: ``batch.Layout.owners``)."""
         fit, key_size, edge, tau_key, tau_sparse = plan
-        per = lambda x: tf.cast(x[0] if len(sizes) == 1 else tf.repeat(tf.cast(x, grad.dtype), sizes), grad.dtype)
+        per = lambda x: tf.cast(x, grad.dtype)[0] if owners is None else tf.gather(tf.cast(x, grad.dtype), owners)
         acc = residual + grad
         each = (stats.Fit(per(fit.mu), fit.alpha, fit.beta, fit.family), key_size, per(edge), per(tau_key),
                 per(tau_sparse))
