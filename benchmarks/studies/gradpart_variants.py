@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from hvd_gradpart import entropy, exchange, fused, metrics, partition, stats
 from hvd_gradpart.compressors.base import elements
-from hvd_gradpart.compressors.gradpart import GradPartCompressor
+from hvd_gradpart.compressors.gradpart import GradPartCompressor, Prediction
 from hvd_gradpart.compressors.topk import TopKCompressor, _top
 
 _PLAN = GradPartCompressor.plan.python_function
@@ -90,10 +90,9 @@ class CodeCost(GradPartCompressor):
 
     def prepare(self, residual, grad, state, slot):
         s = slot.state
-        previous = stats.Fit(s["mu"].read_value(), s["alpha"].read_value(), s["beta"].read_value(),
-                             tf.constant(stats.GAUSSIAN))
+        previous = Prediction.of(s["prediction"].read_value())
         return self.plan_with_counts(
-            *stats.fixed_sample(grad, self.research.sample_size), previous, s["steps"].read_value(),
+            *stats.fixed_sample(grad, self.research.sample_size), previous.fit(), previous.steps,
             grad.shape.num_elements(), s["sent_key"].read_value(), s["sent_sparse"].read_value())
 
     def select(self, swept, grad, slot):

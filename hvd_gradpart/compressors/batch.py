@@ -13,9 +13,9 @@ positions among the group's elements, the residuals written back. Every rank dec
 rank's payload once into one flat sum, which each ``decompress`` slices. Per gradient there
 remain the reads and writes of its own variables; the rest is paid once per group.
 
-A group whose accumulated values hold NaN or Inf (a loss scale that overflowed) sends one NaN in
-place of its selection and keeps every residual and fit as they were: every gradient of the
-group then decodes to a non-finite sum on every rank, so every rank's loss-scale optimizer skips
+A group whose accumulated values hold NaN or Inf (a loss scale that overflowed) sends a NaN at each
+gradient's first element in place of its selection and keeps every residual and fit as they were:
+every gradient of the group then decodes to a non-finite sum on every rank, so every rank's loss-scale optimizer skips
 the same step (``sparse`` module doc).
 """
 from typing import NamedTuple
@@ -116,7 +116,8 @@ class Batch(exchange.Deferred):
     """The gradients of one compressor in one group, and their one payload.
 
     Args:
-        compressor: the ``GradPartCompressor`` whose step runs (``plan_all``, ``mask``, ``guard_all``).
+        compressor: the ``GradPartCompressor`` whose step runs (``batch_state``, ``plan_all``,
+            ``batch_sweep``, ``guard_all``, ``stored_plan``).
         dense: bool tensor, this step hands Horovod every gradient (None: never).
         budget: the step's ``budget.Budget`` (None: not following the link).
     """
@@ -175,56 +176,68 @@ class Batch(exchange.Deferred):
         return self._step
 
     def _sparse(self, layout, header, opens):
-        """The sparse step: ``(payload, counts)``; the residuals, fits and metrics are stored."""
+        """The sparse step: ``(payload, counts)``; the residuals, fits and metrics are stored.
+        Only the selection and its encoding depend on the accumulated values being finite: the
+        residuals' update runs in place on the sweep's buffer either way (nothing to update on a
+        step that is not finite), so a lone gradient's residual takes that buffer over uncopied."""
         c, members = self.compressor, self.members
+        slots = [m.slot for m in members]
         grad = layout.concat([m.grad for m in members])
-        residual = layout.concat([m.slot.residual.value() for m in members])
-        plan = c.plan_all(tf.gather(grad, layout.positions), tf.constant(layout.valid),
-                          [m.slot for m in members], tf.stack([m.price for m in members]))
+        residual = layout.concat([slot.residual.value() for slot in slots])
+        state = c.batch_state(slots)
+        plan = c.plan_all(tf.gather(grad, layout.positions), tf.constant(layout.valid), state,
+                          tf.constant(layout.sizes, tf.float64), tf.stack([m.price for m in members]))
         sweep = fused.by_size(c.batch_sweep, layout.total)
         acc, marked, energy = sweep(residual, grad, plan, layout.owners())
         candidates = fused.compact(marked)
-        energy = tf.cast(energy, tf.float64)
-        return branch.cond(fused.finite(acc, candidates),
-                           lambda: self._send(layout, header, opens, acc, candidates, plan, energy),
-                           lambda: self._not_finite(layout, header, opens, energy))
-
-    def _send(self, layout, header, opens, acc, candidates, plan, energy):
-        c, members = self.compressor, self.members
-        indices = c.guard_all(acc, candidates, layout, [m.slot for m in members])
-        values = tf.gather(acc, indices)
-        encoded = exchange.encode(values, indices, layout.total, c.value_encoding, header, ascending=True)
-        residuals = layout.split(fused.subtract_at(acc, indices, encoded.sent))
-        stores = [m.slot.residual.assign(r, read_value=False) for m, r in zip(members, residuals)]
-        sent = tf.cast(exchange.sent_bytes(encoded.payload, opens), tf.float64)
+        finite = fused.finite(acc, candidates)
+        indices, payload, sent, form = branch.cond(
+            finite, lambda: self._selected(layout, header, acc, candidates, state),
+            lambda: self._unselected(layout, header))
+        kept = layout.split(fused.subtract_at(acc, indices, sent))
+        kept = branch.cond(finite, lambda: kept, lambda: [slot.residual.value() for slot in slots])
+        stores = [slot.residual.assign(r, read_value=False) for slot, r in zip(slots, kept)]
+        sent_bytes = tf.cast(exchange.sent_bytes(payload, opens), tf.float64)
         counts = layout.count(indices)
-        self._record(layout, counts, sent, encoded.format, c.stored_plan(plan, [m.slot for m in members]))
-        least = tf.reduce_min(tf.square(tf.cast(values, tf.float64)))
-        figures = tf.stack([sent, tf.cast(tf.size(indices), tf.float64), tf.cast(candidates.count, tf.float64),
-                            energy, least])
-        with tf.control_dependencies(stores):
-            return tf.identity(encoded.payload), figures
+        recorded = branch.cond(finite, lambda: self._record(layout, counts, sent_bytes, form, c.stored_plan(plan, slots, state)),
+                               lambda: self._record(layout, counts, sent_bytes, form, {}))
+        offered = tf.where(finite, tf.cast(candidates.count, tf.float64), 0.0)
+        least = tf.reduce_min(tf.square(tf.cast(sent, tf.float64)))  # +inf when nothing was sent (then unused)
+        figures = tf.stack([sent_bytes, tf.cast(tf.size(indices), tf.float64), offered,
+                            tf.cast(energy, tf.float64), least])
+        with tf.control_dependencies(stores + [recorded]):
+            return tf.identity(payload), figures
 
-    def _not_finite(self, layout, header, opens, energy):
-        """One NaN in place of the selection; nothing is stored but the metrics (module doc)."""
-        nan = tf.fill([1], tf.constant(float("nan"), self.members[0].grad.dtype))
-        encoded = exchange.encode(nan, tf.range(1), layout.total, self.compressor.value_encoding, header,
-                                  ascending=True, form=formats.WORD_GAPS)
-        sent = tf.cast(exchange.sent_bytes(encoded.payload, opens), tf.float64)
-        self._record(layout, tf.zeros([len(self.members)], tf.float64), sent, encoded.format, {})
-        zero = tf.constant(0.0, tf.float64)
-        return encoded.payload, tf.stack([sent, zero, zero, energy, tf.constant(float("inf"), tf.float64)])
+    def _selected(self, layout, header, acc, candidates, state):
+        """The guarded selection of finite accumulated values: ``(indices, payload, sent values, format)``."""
+        c = self.compressor
+        indices = c.guard_all(acc, candidates, layout, state)
+        encoded = exchange.encode(tf.gather(acc, indices), indices, layout.total, c.value_encoding, header,
+                                  ascending=True)
+        return indices, encoded.payload, encoded.sent, encoded.format
+
+    def _unselected(self, layout, header):
+        """A NaN at each gradient's first element in place of the selection (module doc), and no
+        value sent."""
+        dtype = self.members[0].grad.dtype
+        nan = tf.fill([len(self.members)], tf.constant(float("nan"), dtype))
+        encoded = exchange.encode(nan, tf.constant(layout.offsets, tf.int32), layout.total,
+                                  self.compressor.value_encoding, header, ascending=True, form=formats.WORD_GAPS)
+        return tf.zeros([0], tf.int32), encoded.payload, tf.zeros([0], dtype), encoded.format
 
     def _record(self, layout, counts, sent, form, diagnostics):
         """Each gradient's metrics: its values, and the payload's bytes shared by values (the
-        first gradient takes a payload that carries none)."""
+        first gradient takes a payload that carries none); returns a value once written."""
         total = tf.reduce_sum(counts)
         first = tf.one_hot(0, len(self.members), dtype=tf.float64)
         share = tf.where(total > 0, counts / tf.maximum(total, 1.0), first)
         n = tf.constant(layout.sizes, tf.float64)
         size = self.members[0].grad.dtype.size
-        metrics.record_each([m.slot.metrics.figures for m in self.members], elements=n, dense_bytes=n * size,
-                            sent_elements=counts, sent_bytes=sent * share, wire_format=form, **diagnostics)
+        writes = metrics.record_each([m.slot.metrics.figures for m in self.members], elements=n,
+                                     dense_bytes=n * size, sent_elements=counts, sent_bytes=sent * share,
+                                     wire_format=form, **diagnostics)
+        with tf.control_dependencies(writes):
+            return tf.constant(True)
 
     def total(self, scale):
         """Every rank's payload decoded once into the flat sum over the group, times ``scale``

@@ -34,6 +34,8 @@ Each step, per gradient (formulas and their derivation in docs/algorithm.md):
    (``hvd_gradpart.momentum``): error feedback's bursts are not repeated by
    the optimizer's momentum.
 """
+from typing import NamedTuple
+
 import tensorflow as tf
 
 from hvd_gradpart import entropy, exchange, fused, metrics, partition, spectral, stats
@@ -42,7 +44,28 @@ from hvd_gradpart.compressors.linked import LinkAwareCompressor
 from hvd_gradpart.compressors.research import GradPartResearch
 from hvd_gradpart.memory import creating_slot_variables
 
-_SCALAR = lambda value: (lambda n, dtype: tf.constant(value, tf.float64))
+
+
+class Prediction(NamedTuple):
+    """A gradient's GradPart state: one float64 ``[4]`` variable, ``prediction``, in this order."""
+
+    mu: tf.Tensor     # the predicted fit's location ...
+    alpha: tf.Tensor  # ... scale ...
+    beta: tf.Tensor   # ... and shape (``stats.Fit``)
+    steps: tf.Tensor  # the steps the prediction has seen
+
+    @classmethod
+    def of(cls, values):
+        """The record of a ``[..., 4]`` tensor (the variable's value, or several stacked)."""
+        return cls(*tf.unstack(values, axis=-1))
+
+    def fit(self):
+        """The predicted ``stats.Fit`` (the family is chosen afresh each step)."""
+        return stats.Fit(self.mu, self.alpha, self.beta, tf.zeros_like(self.mu, tf.int32) + stats.GAUSSIAN)
+
+
+_START = Prediction(0.0, 1.0, 2.0, 0.0)  # a Gaussian of unit scale, no step seen
+_HOOKS = ("transform", "accumulate", "prepare", "plan", "mask", "select", "guard", "after_send", "inputs")
 
 
 class GradPartCompressor(LinkAwareCompressor):
@@ -89,7 +112,7 @@ class GradPartCompressor(LinkAwareCompressor):
         self.keys = {}  # slot key -> spectral.SpectralKey of a matrix-shaped gradient
 
     def state_spec(self):
-        return {"mu": _SCALAR(0.0), "alpha": _SCALAR(1.0), "beta": _SCALAR(2.0), "steps": _SCALAR(0.0)}
+        return {"prediction": lambda n, dtype: tf.constant(_START, tf.float64)}
 
     def figure_names(self):
         return super().figure_names() + (("key_bytes", "rank") if self.research.spectral else ())
@@ -143,25 +166,23 @@ class GradPartCompressor(LinkAwareCompressor):
         """``planned`` of each row of ``[T, ...]`` arguments, in one compiled call."""
         return tf.vectorized_map(lambda args: self.planned(*args), (samples, valid, previous, steps, n, price))
 
-    def plan_all(self, samples, valid, slots, price):
-        """``planned`` of every gradient of a batch (``batch.Batch``): ``samples`` and ``valid``
-        ``[T, sample_size]``, ``slots`` their slots, ``price`` float64 ``[T]``; a nest of ``[T]``
-        tensors."""
-        read = lambda name: tf.stack([slot.state[name].read_value() for slot in slots])
-        previous = stats.Fit(read("mu"), read("alpha"), read("beta"), tf.fill([len(slots)], stats.GAUSSIAN))
-        n = tf.constant([float(slot.residual.shape.num_elements()) for slot in slots], tf.float64)
-        return self._plan_each(samples, valid, previous, read("steps"), n, price)
+    def batch_state(self, slots):
+        """The ``Prediction`` of every gradient of a batch (``[T]`` tensors), read once."""
+        return Prediction.of(tf.stack([slot.state["prediction"].read_value() for slot in slots]))
 
-    def stored_plan(self, plan, slots):
+    def plan_all(self, samples, valid, state, n, price):
+        """``planned`` of every gradient of a batch (``batch.Batch``): ``samples`` and ``valid``
+        ``[T, sample_size]``, ``state`` their ``batch_state``, ``n`` and ``price`` float64 ``[T]``;
+        a nest of ``[T]`` tensors."""
+        return self._plan_each(samples, valid, state.fit(), state.steps, n, price)
+
+    def stored_plan(self, plan, slots, state):
         """Stores each fit of a batch's ``plan`` in its slot and counts the step; returns the
         diagnostics (``DIAGNOSTICS``: ``[T]`` tensors)."""
         fit, key_size, _, tau_key, tau_sparse = plan
+        rows = tf.stack(Prediction(fit.mu, fit.alpha, fit.beta, state.steps + 1), axis=1)
         for i, slot in enumerate(slots):
-            s = slot.state
-            s["mu"].assign(fit.mu[i], read_value=False)
-            s["alpha"].assign(fit.alpha[i], read_value=False)
-            s["beta"].assign(fit.beta[i], read_value=False)
-            s["steps"].assign_add(tf.constant(1.0, tf.float64), read_value=False)
+            slot.state["prediction"].assign(rows[i], read_value=False)
         return {"family": fit.family, "mu": fit.mu, "alpha": fit.alpha, "beta": fit.beta,
                 "key_size": key_size, "tau_key": tau_key, "tau_sparse": tau_sparse}
 
@@ -201,12 +222,10 @@ class GradPartCompressor(LinkAwareCompressor):
         return entropy.power_threshold(fit, tf.maximum(cost, 0.0))
 
     def prepare(self, residual, grad, state, slot):
-        s = slot.state
-        previous = stats.Fit(s["mu"].read_value(), s["alpha"].read_value(), s["beta"].read_value(),
-                             tf.constant(stats.GAUSSIAN))
+        previous = Prediction.of(slot.state["prediction"].read_value())
         sample, valid = stats.fixed_sample(grad, self.research.sample_size)
-        return self.plan(sample, valid, previous, s["steps"].read_value(),
-                         tf.cast(tf.size(grad), tf.float64), slot.price)
+        return self.plan(sample, valid, previous.fit(), previous.steps, tf.cast(tf.size(grad), tf.float64),
+                         slot.price)
 
     def mask(self, acc, grad, state, plan):
         fit, _, edge, tau_key, tau_sparse = plan
@@ -216,12 +235,10 @@ class GradPartCompressor(LinkAwareCompressor):
 
     def select(self, swept, grad, slot):
         fit, key_size, _, tau_key, tau_sparse = swept.plan
-        s = slot.state
-        s["mu"].assign(fit.mu)
-        s["alpha"].assign(fit.alpha)
-        s["beta"].assign(fit.beta)
-        indices = self.guard(swept.acc, swept.candidates, s["steps"].read_value())
-        s["steps"].assign_add(tf.constant(1.0, tf.float64))
+        prediction = slot.state["prediction"]
+        steps = Prediction.of(prediction.read_value()).steps
+        indices = self.guard(swept.acc, swept.candidates, steps)
+        prediction.assign(tf.stack(Prediction(fit.mu, fit.alpha, fit.beta, steps + 1)), read_value=False)
         return indices, {"family": fit.family, "mu": fit.mu, "alpha": fit.alpha, "beta": fit.beta,
                          "key_size": key_size, "tau_key": tau_key, "tau_sparse": tau_sparse}
 
@@ -232,7 +249,11 @@ class GradPartCompressor(LinkAwareCompressor):
         return self.density_ceiling * (self.research.density_floor / self.density_ceiling) ** progress
 
     def batches(self, tensor):
-        """Whether ``tensor`` joins its group's ``batch.Batch`` (traced, float32, no spectral key area)."""
+        """Whether ``tensor`` joins its group's ``batch.Batch``: traced, float32, no spectral key
+        area, and the step is GradPart's own (a subclass that changes a per-gradient hook keeps
+        the per-gradient step)."""
+        if any(getattr(type(self), hook) is not getattr(GradPartCompressor, hook) for hook in _HOOKS):
+            return False
         matrix = self.research.spectral and spectral.matrix_shape(tensor.shape, self.research.max_rank) is not None
         return not tf.executing_eagerly() and tensor.dtype == exchange.MARKER_DTYPE and not matrix
 
@@ -259,32 +280,17 @@ class GradPartCompressor(LinkAwareCompressor):
             low = tf.clip_by_value(tf.math.ceil(self.floor(steps) * n), low, high)
         return tf.cast(low, tf.int32), tf.cast(high, tf.int32)
 
-    def guard_all(self, acc, candidates, layout, slots):
-        """``guard`` of every gradient of a batch at once: the candidates' flat indices, those of
-        the gradients over their ceiling or under their floor chosen again (a loop over those alone)."""
-        steps = tf.stack([slot.state["steps"].read_value() for slot in slots])
-        low, high = self.bounds(tf.constant(layout.sizes, tf.float64), steps)
+    def guard_all(self, acc, candidates, layout, state):
+        """``guard`` of every gradient of a batch at once (``batch.Layout``): the candidates' flat
+        indices, the largest ``high`` of each gradient over its ceiling (one sort of the
+        candidates by gradient and magnitude), and exact top-k of each one under its floor (a
+        loop over those alone); ascending."""
+        low, high = self.bounds(tf.constant(layout.sizes, tf.float64), state.steps)
         counts = tf.cast(layout.count(candidates.indices), tf.int32)
-        wrong = (counts > high) | (counts < low)
-
-        def again():
-            kept = tf.boolean_mask(candidates.indices, tf.gather(tf.logical_not(wrong), layout.owner(candidates.indices)))
-            todo = tf.cast(tf.where(wrong)[:, 0], tf.int32)
-            starts = tf.cumsum(counts, exclusive=True)
-            offsets, sizes = tf.constant(layout.offsets, tf.int32), tf.constant(layout.sizes, tf.int32)
-
-            def one(j, chosen):
-                t = todo[j]
-                own = fused.Candidates(candidates.indices[starts[t]:starts[t] + counts[t]], counts[t])
-                picked = tf.cond(counts[t] > high[t], lambda: topk.top_among(acc, own, high[t]),
-                                 lambda: topk.top_k(acc[offsets[t]:offsets[t] + sizes[t]], low[t]) + offsets[t])
-                return j + 1, chosen.write(j, picked)
-
-            chosen = tf.TensorArray(tf.int32, size=tf.size(todo), infer_shape=False, element_shape=[None])
-            _, chosen = tf.while_loop(lambda j, _: j < tf.size(todo), one, (tf.constant(0), chosen))
-            return tf.sort(tf.concat([kept, chosen.concat()], 0))
-
-        return tf.cond(tf.reduce_any(wrong), again, lambda: candidates.indices)
+        capped = lambda: top_each(acc, candidates.indices, layout, counts, high)
+        indices = tf.cond(tf.reduce_any(counts > high), capped, lambda: candidates.indices)
+        return tf.cond(tf.reduce_any(counts < low), lambda: topped_up(acc, indices, layout, counts, low),
+                       lambda: indices)
 
     def guard(self, acc, candidates, steps):
         """The candidates' indices; over the ceiling the largest of them (``topk.top_among``
@@ -296,3 +302,34 @@ class GradPartCompressor(LinkAwareCompressor):
                                  lambda: candidates.indices)
         return tf.cond(count < low, lambda: topk.top_k(acc, low), capped)
 
+
+def top_each(x, indices, layout, counts, high):
+    """Of the ascending flat ``indices`` into ``x`` (``counts`` of each gradient of ``layout``),
+    the ``high`` of largest magnitude of each gradient (all of a gradient that has fewer),
+    ascending: one stable sort by gradient, then by magnitude, largest first (ties: the lower
+    index, as ``topk.top_among``)."""
+    owner = tf.cast(layout.owner(indices), tf.int64)
+    magnitude = tf.cast(tf.bitcast(tf.abs(tf.cast(tf.gather(x, indices), tf.float32)), tf.int32), tf.int64)
+    order = tf.argsort(owner * 2 ** 31 + (2 ** 31 - 1 - magnitude), stable=True)
+    starts = tf.gather(tf.cumsum(counts, exclusive=True), tf.cast(owner, tf.int32))
+    rank = tf.range(tf.size(indices)) - tf.gather(starts, order)
+    keep = rank < tf.gather(high, tf.gather(tf.cast(owner, tf.int32), order))
+    return tf.sort(tf.boolean_mask(tf.gather(indices, order), keep))
+
+
+def topped_up(x, indices, layout, counts, low):
+    """``indices`` with each gradient of ``layout`` that has fewer than ``low`` of them (``counts``)
+    replaced by exact top-``low`` of that gradient (``topk.top_k``: a loop over those alone),
+    ascending."""
+    under = counts < low
+    kept = tf.boolean_mask(indices, tf.gather(tf.logical_not(under), layout.owner(indices)))
+    todo = tf.cast(tf.where(under)[:, 0], tf.int32)
+    offsets, sizes = tf.constant(layout.offsets, tf.int32), tf.constant(layout.sizes, tf.int32)
+
+    def one(j, chosen):
+        t = todo[j]
+        return j + 1, chosen.write(j, topk.top_k(x[offsets[t]:offsets[t] + sizes[t]], low[t]) + offsets[t])
+
+    chosen = tf.TensorArray(tf.int32, size=tf.size(todo), infer_shape=False, element_shape=[None])
+    _, chosen = tf.while_loop(lambda j, _: j < tf.size(todo), one, (tf.constant(0), chosen))
+    return tf.sort(tf.concat([kept, chosen.concat()], 0))
