@@ -100,12 +100,14 @@ def test_the_floor_tops_up_a_gradient_the_rule_leaves_empty():
 
 def test_the_layout_samples_where_the_per_gradient_fit_does():
     layout = batch.Layout((10, 5000, 3), sample_size=16)
-    flat = tf.range(layout.total)
+    flat = tf.range(5013)
+    samples, valids = layout.sample(flat)
     for i, n in enumerate(layout.sizes):
-        sample, valid = stats.fixed_sample(flat[layout.offsets[i]:layout.offsets[i] + n], 16)
-        np.testing.assert_array_equal(layout.valid[i], valid.numpy())
-        np.testing.assert_array_equal(tf.gather(flat, layout.positions[i]).numpy()[layout.valid[i]],
-                                      sample.numpy()[valid.numpy()])
+        sample, valid = stats.fixed_sample(layout.piece(flat, i), 16)
+        np.testing.assert_array_equal(valids[i].numpy(), valid.numpy())
+        np.testing.assert_array_equal(samples[i].numpy()[valid.numpy()], sample.numpy()[valid.numpy()])
+    lone = batch.Layout((777,), sample_size=16)
+    assert lone.lone and lone.sizes == (None,) and lone.total(flat).numpy() == 5013
     indices = tf.constant([0, 9, 10, 5009, 5010, 5012])
     np.testing.assert_array_equal(layout.owner(indices).numpy(), [0, 0, 1, 1, 2, 2])
     np.testing.assert_array_equal(layout.count(indices).numpy(), [2, 2, 2])
@@ -123,7 +125,8 @@ def test_top_each_keeps_each_gradients_largest_as_top_among_does():
     got = top_each(x, indices, layout, counts, high).numpy()
     expected = []
     for i, k in enumerate(high.numpy()):
-        own = indices.numpy()[(indices.numpy() >= layout.offsets[i]) & (indices.numpy() < layout.offsets[i] + layout.sizes[i])]
+        at = indices.numpy()
+        own = at[(at >= layout.offsets[i]) & (at < layout.offsets[i] + layout.sizes[i])]
         candidates = topk.fused.Candidates(tf.constant(own), len(own))
         expected += topk.top_among(x, candidates, min(k, len(own))).numpy().tolist()
     assert got.tolist() == sorted(expected) == [1, 2, 6, 8, 9, 14, 16]
@@ -170,3 +173,20 @@ def test_a_deferred_payload_is_made_when_its_group_is_gathered():
 
     np.testing.assert_array_equal(run().numpy(), [0, 2, 0, 0])
     assert made == [True]
+
+
+def test_lone_gradients_of_every_size_share_one_traced_step():
+    comp = get_compressor("gradpart", follow_link=False)
+    before = batch._shared_step.experimental_get_tracing_count()  # noqa: SLF001
+
+    @tf.function
+    def per_tensor(grads):  # each decompress gathers its own group: Horovod's path without groups
+        return [comp.decompress(*comp.compress(g)) for g in grads]
+
+    alone = get_compressor("gradpart", follow_link=False)
+    for seed in range(3):
+        grads = gradients(seed, sizes=(2304, 9216, 36864, 70000, 1500))
+        for a, g in zip(per_tensor(grads), grads):
+            np.testing.assert_array_equal(a.numpy(), alone.decompress(*alone.compress(g)).numpy())
+    # the first size traces the step, the second its general shape; no further trace
+    assert batch._shared_step.experimental_get_tracing_count() - before <= 2  # noqa: SLF001

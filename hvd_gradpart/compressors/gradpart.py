@@ -166,23 +166,24 @@ class GradPartCompressor(LinkAwareCompressor):
         """``planned`` of each row of ``[T, ...]`` arguments, in one compiled call."""
         return tf.vectorized_map(lambda args: self.planned(*args), (samples, valid, previous, steps, n, price))
 
-    def batch_state(self, slots):
-        """The ``Prediction`` of every gradient of a batch (``[T]`` tensors), read once."""
-        return Prediction.of(tf.stack([slot.state["prediction"].read_value() for slot in slots]))
+    def batch_state(self, states):
+        """The ``Prediction`` of every gradient of a batch (``[T]`` tensors) from their method
+        states (``{name: variable}``), read once."""
+        return Prediction.of(tf.stack([state["prediction"].read_value() for state in states]))
 
     def plan_all(self, samples, valid, state, n, price):
-        """``planned`` of every gradient of a batch (``batch.Batch``): ``samples`` and ``valid``
-        ``[T, sample_size]``, ``state`` their ``batch_state``, ``n`` and ``price`` float64 ``[T]``;
-        a nest of ``[T]`` tensors."""
+        """``planned`` of every gradient of a batch (``batch.sparse_step``): ``samples`` and
+        ``valid`` ``[T, sample_size]``, ``state`` their ``batch_state``, ``n`` and ``price``
+        float64 ``[T]``; a nest of ``[T]`` tensors."""
         return self._plan_each(samples, valid, state.fit(), state.steps, n, price)
 
-    def stored_plan(self, plan, slots, state):
-        """Stores each fit of a batch's ``plan`` in its slot and counts the step; returns the
-        diagnostics (``DIAGNOSTICS``: ``[T]`` tensors)."""
+    def stored_plan(self, plan, states, state):
+        """Stores each fit of a batch's ``plan`` in its method state and counts the step; returns
+        the diagnostics (``DIAGNOSTICS``: ``[T]`` tensors)."""
         fit, key_size, _, tau_key, tau_sparse = plan
         rows = tf.stack(Prediction(fit.mu, fit.alpha, fit.beta, state.steps + 1), axis=1)
-        for i, slot in enumerate(slots):
-            slot.state["prediction"].assign(rows[i], read_value=False)
+        for i, variables in enumerate(states):
+            variables["prediction"].assign(rows[i], read_value=False)
         return {"family": fit.family, "mu": fit.mu, "alpha": fit.alpha, "beta": fit.beta,
                 "key_size": key_size, "tau_key": tau_key, "tau_sparse": tau_sparse}
 
@@ -285,9 +286,12 @@ class GradPartCompressor(LinkAwareCompressor):
         indices, the largest ``high`` of each gradient over its ceiling (one sort of the
         candidates by gradient and magnitude), and exact top-k of each one under its floor (a
         loop over those alone); ascending."""
-        low, high = self.bounds(tf.constant(layout.sizes, tf.float64), state.steps)
+        low, high = self.bounds(layout.elements(acc), state.steps)
         counts = tf.cast(layout.count(candidates.indices), tf.int32)
-        capped = lambda: top_each(acc, candidates.indices, layout, counts, high)
+        if layout.lone:
+            capped = lambda: topk.top_among(acc, candidates, high[0])
+        else:
+            capped = lambda: top_each(acc, candidates.indices, layout, counts, high)
         indices = tf.cond(tf.reduce_any(counts > high), capped, lambda: candidates.indices)
         return tf.cond(tf.reduce_any(counts < low), lambda: topped_up(acc, indices, layout, counts, low),
                        lambda: indices)
@@ -324,7 +328,7 @@ def topped_up(x, indices, layout, counts, low):
     under = counts < low
     kept = tf.boolean_mask(indices, tf.gather(tf.logical_not(under), layout.owner(indices)))
     todo = tf.cast(tf.where(under)[:, 0], tf.int32)
-    offsets, sizes = tf.constant(layout.offsets, tf.int32), tf.constant(layout.sizes, tf.int32)
+    offsets, sizes = layout.bounds(x)
 
     def one(j, chosen):
         t = todo[j]
