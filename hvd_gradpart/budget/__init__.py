@@ -7,18 +7,20 @@ gradient instead. Its parts: ``clock`` (a step's time and exposed link time), ``
 sent cost the share of a step that minimises steps times step time), ``mode`` (dense or
 sparse, with hysteresis), ``controller`` (their state and the one update), ``config``.
 
-One writer, so Horovod's per-gradient conds stay apart: a gradient's branch writes only
-its own stamps (this rank's times and counts, one small variable per gradient) and the
-first gradient's branch alone writes the figures its marker brought back. Everything the
-graph reads of the budget (mode, price, the figures the first marker carries) is one
-value computed at call time, before the step runs (``capture_call_time_value``): this
-rank's figures of the last step from every stamp, and the controller's update from the
+One writer, so Horovod's per-gradient conds stay apart: a gradient's branch (or a group's,
+whose gradients are sent together) writes only its own stamps (one ``Stamp`` row: this rank's
+times and ``Counts``, one small variable) and the first gradient's branch alone writes the
+figures its marker brought back. Everything the graph reads of the budget (``Now``: mode,
+price, the figures the first marker carries) is one value computed at call time, before the
+step runs (``capture_call_time_value``): this rank's figures of the last step from every
+stamp, and the controller's update from the
 shared figures of the step before. Every rank folds the same shared figures, so every
 rank takes the same mode on the same step; a step some rank did not carry valid figures of
 (its time unknown, or a gradient that was not finite: a step the optimizer skipped) is not
 folded. Outside a traced function nothing is measured.
 """
 import weakref
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -27,15 +29,24 @@ from hvd_gradpart.budget import clock, controller
 from hvd_gradpart.budget.config import DEFAULT, Config
 from hvd_gradpart.memory import creating_slot_variables, function_graph
 
-STAMPS = 10  # a gradient's stamps: began, left, arrived, sent bytes, values, offered, elements,
-             # accumulated energy, least sent value squared, dense
+Stamp, Counts = clock.Stamp, clock.Counts
+STAMPS = len(Stamp._fields)  # a stamps row
 FIGURES = len(clock.CARRIED)  # what the first marker carries (``clock.carried``)
-HEAD = 3  # the call-time value's dense flag, price and log of the elements the step's gradients hold
-ARRIVED = 2
-LEAST = 8  # the least sent value squared
 ALL_VALID = 0.999  # the mean over ranks of the carried "valid" flags when every rank's is 1
 
-__all__ = ["Budget", "Config", "DEFAULT", "FIGURES", "HEAD", "LEAST", "STAMPS"]
+
+class Now(NamedTuple):
+    """The call-time value of a step being traced (``Budget.now``)."""
+
+    dense: tf.Tensor    # bool: this step hands Horovod every gradient
+    price: tf.Tensor    # float64 nats a sent value costs (the controller's price)
+    scope: tf.Tensor    # float64 log of the elements the step's gradients hold
+    figures: tf.Tensor  # float64 ``[FIGURES]``: this rank's figures of the last step, for the first marker
+
+
+HEAD = len(Now._fields) - 1  # the call-time value's scalars before the figures
+
+__all__ = ["Budget", "Config", "Counts", "DEFAULT", "FIGURES", "Now", "STAMPS", "Stamp"]
 
 
 class Budget(tf.Module):
@@ -73,10 +84,10 @@ class Budget(tf.Module):
     def read(self):
         """The controller's state as a dict of Python values (for logs), with this rank's
         density and bytes per element of its last step."""
-        rows = [s.numpy() for s in self.stamps.values()]
-        elements = sum(r[6] for r in rows)
-        local = {"density": sum(r[4] for r in rows) / elements if elements else 0.0,
-                 "bytes_per_element": sum(r[3] for r in rows) / elements if elements else 0.0}
+        rows = [Stamp(*s.numpy()) for s in self.stamps.values()]
+        elements = sum(r.elements for r in rows)
+        local = {"density": sum(r.values for r in rows) / elements if elements else 0.0,
+                 "bytes_per_element": sum(r.sent_bytes for r in rows) / elements if elements else 0.0}
         return {**controller.report(controller.State.of(self.state.numpy()), self.config), **local}
 
     # At call time (eager, before each run of the traced step) ------------------------------
@@ -108,14 +119,14 @@ class Budget(tf.Module):
     # While tracing (called by the compressor) ------------------------------------------------
 
     def now(self):
-        """The call-time value of the step being traced: ``[dense, price, log N, *figures]``
-        (float64, ``HEAD`` values before the figures)."""
+        """``Now``: the call-time value of the step being traced (``_at_call``)."""
         graph = function_graph()
         if graph not in self._calls:
             self._calls[graph] = graph.capture_call_time_value(
                 self._at_call, tf.TensorSpec([HEAD + FIGURES], tf.float64), key=("hvd_gradpart.budget", id(self)),
                 default_value=tf.constant([0.0] * (HEAD + FIGURES), tf.float64))
-        return self._calls[graph]
+        value = self._calls[graph]
+        return Now(value[0] > 0.5, value[1], value[2], value[HEAD:])
 
     def first(self, graph, key):
         """Whether the gradient ``key`` is the first ``graph`` traced (its marker carries the figures)."""
@@ -153,7 +164,8 @@ class Budget(tf.Module):
     def arrived(self, key, reduced):
         """A ``decompress`` of gradient ``key`` starts with ``reduced`` in hand; returns it."""
         with tf.control_dependencies(tf.nest.flatten(reduced)):
-            stamp = self.stamps_of(key).scatter_nd_update([[ARRIVED]], tf.reshape(tf.timestamp(), [1]))
+            arrived = Stamp._fields.index("arrived")
+            stamp = self.stamps_of(key).scatter_nd_update([[arrived]], tf.reshape(tf.timestamp(), [1]))
         with tf.control_dependencies([stamp]):
             return tf.nest.map_structure(tf.identity, reduced)
 
@@ -166,10 +178,12 @@ class Budget(tf.Module):
 
 
 def _stamped(stamps, times, counts, dense, elements, after):
-    """Writes one stamps row (``STAMPS``: the three times, then the counts); returns ``after``
-    once it is written."""
-    row = tf.concat([tf.stack(times), counts[:3], tf.reshape(tf.cast(elements, tf.float64), [1]), counts[3:],
-                     tf.cast(tf.reshape(dense, [1]), tf.float64)], 0)
+    """Writes one ``Stamp`` row: the three times, the ``Counts`` (a float64 ``[5]`` tensor), the
+    elements and the mode; returns ``after`` once it is written."""
+    began, left, arrived = times
+    counts = Counts(*tf.unstack(counts))
+    row = tf.stack(Stamp(began, left, arrived, counts.sent_bytes, counts.values, counts.offered,
+                         tf.cast(elements, tf.float64), counts.energy, counts.least, tf.cast(dense, tf.float64)))
     stamp = stamps.assign(row, read_value=False)
     with tf.control_dependencies([stamp]):
         return tf.nest.map_structure(tf.identity, after)

@@ -10,37 +10,64 @@ marker; the link time is then the least over ranks (mean less spread): a rank th
 reached the collective first also waited for the others' compute.
 """
 import math
+from typing import NamedTuple
+
+
+class Stamp(NamedTuple):
+    """One stamps row: a gradient's (or a group's, sent together) times and counts of one step, as
+    a ``Budget``'s stamps variables hold them, in this order."""
+
+    began: float       # when its compress work began (timestamp, s)
+    left: float        # when it ended: its payload, or its dense values, handed over
+    arrived: float     # when its sum was in hand
+    sent_bytes: float  # bytes this rank sent
+    values: float      # values sent
+    offered: float     # values the rule offered before its guards
+    elements: float    # the gradients' elements
+    energy: float      # the accumulated values' energy (not finite: a step the optimizer skipped)
+    least: float       # the least sent value, squared
+    dense: float       # 1 on a dense step
+
+
+class Counts(NamedTuple):
+    """What a step counts of itself (``Stamp``'s counts, as its function returns them)."""
+
+    sent_bytes: float
+    values: float
+    offered: float
+    energy: float
+    least: float
 
 
 def step_figures(raw, last_began):
-    """This rank's figures of the last step from every gradient's stamps and counts.
+    """This rank's figures of the last step from every stamps row.
 
     Args:
-        raw: per gradient ``[began, left, arrived, sent_bytes, values, offered, elements,
-            acc_energy, marginal_sq, dense]`` of the last step.
+        raw: the rows of the last step (``Stamp`` fields, in order).
         last_began: the step before's first ``began`` (0: none yet).
 
     Returns:
         ``(began, figures)``: this step's first ``began``, and ``{step_s, link_s, compress_s,
         dense, sent_bytes, values, capped, elements, trained}`` (``step_s``
-        0 when unknown; ``trained`` 0 when a gradient's accumulated energy was not finite: the
+        0 when unknown; ``trained`` 0 when a row's accumulated energy was not finite: the
         step sent NaN in its place and every rank's optimizer skipped it; ``compress_s`` the
-        compress passes' time, summed over gradients; ``capped`` the values offered over those
-        sent, a geometric mean over the gradients that sent, by size: the ceiling holds for the
+        compress passes' time, summed over rows; ``capped`` the values offered over those
+        sent, a geometric mean over the rows that sent, by size: the ceiling holds for the
         bulk of the gradient when it is well above 1, the floor when well below).
     """
-    began = min(r[0] for r in raw)
-    link_s = max(0.0, max(r[2] for r in raw) - max(r[1] for r in raw))
-    total = lambda i: sum(r[i] for r in raw)
-    elements = total(6)
-    sending = [r for r in raw if r[4] > 0.0 and r[9] < 0.5]
-    weight = sum(r[6] for r in sending)
-    capped = math.exp(sum(r[6] * math.log(max(r[5], 1.0) / r[4]) for r in sending) / weight) if weight else 1.0
+    rows = [Stamp(*r) for r in raw]
+    began = min(r.began for r in rows)
+    link_s = max(0.0, max(r.arrived for r in rows) - max(r.left for r in rows))
+    sending = [r for r in rows if r.values > 0.0 and r.dense < 0.5]
+    weight = sum(r.elements for r in sending)
+    capped = math.exp(sum(r.elements * math.log(max(r.offered, 1.0) / r.values) for r in sending) / weight
+                      ) if weight else 1.0
     return began, {"step_s": began - last_began if last_began > 0.0 else 0.0, "link_s": link_s,
-                   "compress_s": sum(max(r[1] - r[0], 0.0) for r in raw),
-                   "dense": 1.0 if any(r[9] > 0.5 for r in raw) else 0.0, "sent_bytes": total(3),
-                   "values": total(4), "capped": capped, "elements": elements,
-                   "trained": float(all(math.isfinite(r[7]) for r in raw))}
+                   "compress_s": sum(max(r.left - r.began, 0.0) for r in rows),
+                   "dense": 1.0 if any(r.dense > 0.5 for r in rows) else 0.0,
+                   "sent_bytes": sum(r.sent_bytes for r in rows), "values": sum(r.values for r in rows),
+                   "capped": capped, "elements": sum(r.elements for r in rows),
+                   "trained": float(all(math.isfinite(r.energy) for r in rows))}
 
 
 def smoothed(old, new, config):

@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from hvd_gradpart import branch, exchange, formats, fused, metrics, stats
+from hvd_gradpart.budget import Counts
 from hvd_gradpart.memory import creating_slot_variables
 
 _OWNERS = {}  # a layout's sizes -> the variable of ``Layout.owners`` (untracked: no checkpoint holds it)
@@ -144,7 +145,7 @@ class Step(NamedTuple):
     payload: tf.Tensor   # flat uint8
     began: tf.Tensor     # timestamp once the gradients were in hand
     left: tf.Tensor      # timestamp once the payload was
-    counts: tf.Tensor    # [sent bytes, values sent, values offered, accumulated energy, least sent value squared]
+    counts: tf.Tensor    # float64 ``budget.Counts``
 
 
 class Batch(exchange.Deferred):
@@ -200,10 +201,11 @@ class Batch(exchange.Deferred):
             with tf.control_dependencies([m.grad for m in members]):
                 began = tf.timestamp()
             slots = [m.slot for m in members]
+            dense = c.unfolded(False) if self.dense is None else self.dense
             payload, counts = _shared_step(
-                c, self.layout.sizes, c.unfolded(False) if self.dense is None else self.dense, [m.grad for m in members],
-                [s.residual.handle for s in slots], [dict(s.state) for s in slots], [s.metrics.figures for s in slots],
-                [m.price for m in members], c.unfolded(self.header()), c.unfolded(self.ticket.position == 0))
+                c, self.layout.sizes, dense, [m.grad for m in members], [s.residual.handle for s in slots],
+                [dict(s.state) for s in slots], [s.metrics.figures for s in slots], [m.price for m in members],
+                c.unfolded(self.header()), c.unfolded(self.ticket.position == 0))
             with tf.control_dependencies([payload]):
                 left = tf.timestamp()
             self._step = Step(payload, began, left, counts)
@@ -233,7 +235,7 @@ class Batch(exchange.Deferred):
         """The budget's stamps of the group, one row (``budget.Budget.held``), once its sum is in hand."""
         members, step = self.members, self._step
         n = sum(m.grad.shape.num_elements() for m in members)
-        dense_counts = tf.constant([n * 4.0, n, n, 0.0, 0.0], tf.float64)
+        dense_counts = tf.constant(Counts(sent_bytes=n * 4.0, values=n, offered=n, energy=0.0, least=0.0), tf.float64)
         began = tf.where(self.dense, tf.reduce_min(tf.stack([m.began for m in members])), step.began)
         left = tf.where(self.dense, tf.reduce_max(tf.stack([m.left for m in members])), step.left)
         counts = tf.where(self.dense, dense_counts, step.counts)
@@ -247,7 +249,7 @@ def _shared_step(compressor, sizes, dense, grads, *args):
     for every lone gradient of a compressor (its size read as the graph runs), one per group of
     several."""
     layout = Layout(sizes, compressor.research.sample_size)
-    return branch.cond(dense, lambda: (tf.zeros([0], tf.uint8), tf.zeros([5], tf.float64)),
+    return branch.cond(dense, lambda: (tf.zeros([0], tf.uint8), tf.zeros([len(Counts._fields)], tf.float64)),
                        lambda: sparse_step(compressor, layout, grads, *args))
 
 
@@ -291,7 +293,8 @@ def sparse_step(c, layout, grads, residuals, states, figures, prices, header, op
         lambda: _record(figures, n, grad.dtype, counts, sent_bytes, form, {}))
     offered = tf.where(finite, tf.cast(candidates.count, tf.float64), 0.0)
     least = tf.reduce_min(tf.square(tf.cast(sent, tf.float64)))  # +inf when nothing was sent (then unused)
-    counts = tf.stack([sent_bytes, tf.cast(tf.size(indices), tf.float64), offered, tf.cast(energy, tf.float64), least])
+    counts = tf.stack(Counts(sent_bytes, tf.cast(tf.size(indices), tf.float64), offered, tf.cast(energy, tf.float64),
+                             least))
     with tf.control_dependencies(stores + [recorded]):
         return tf.identity(payload), counts
 

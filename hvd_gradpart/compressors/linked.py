@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from hvd_gradpart import branch, exchange, metrics
-from hvd_gradpart.budget import FIGURES, HEAD, LEAST, Budget
+from hvd_gradpart.budget import FIGURES, Budget, Counts, Stamp
 from hvd_gradpart.compressors import batch as batch_step
 from hvd_gradpart.compressors.base import Context, _OnDefaultInstance, elements
 from hvd_gradpart.compressors.sparse import SlotView, SparseCompressor, view_grad
@@ -79,7 +79,7 @@ class LinkAwareCompressor(SparseCompressor):
         if budget is None:
             return tf.constant(0.0, tf.float64)
         now = budget.now()
-        return now[1] + now[2] - np.log(slot.residual.shape.num_elements())
+        return now.price + now.scope - np.log(slot.residual.shape.num_elements())
 
     def least_sent(self, slot):
         """The least value ``slot``'s gradient sent on its last step, squared (float64): the
@@ -88,7 +88,7 @@ class LinkAwareCompressor(SparseCompressor):
         budget = self.link_budget(slot)
         if budget is None:
             return tf.constant(0.0, tf.float64)
-        least = budget.stamps_of(slot.key)[LEAST]
+        least = Stamp(*tf.unstack(budget.stamps_of(slot.key).read_value())).least
         return tf.where(tf.math.is_finite(least), least, 0.0)
 
     def batches(self, tensor):
@@ -106,7 +106,7 @@ class LinkAwareCompressor(SparseCompressor):
         slot = self.memory.slot(tensor, self.state_spec())
         budget = self.link_budget(slot)
         now, first = budget.now(), budget.first(graph, slot.key)
-        dense = now[0] > 0.5
+        dense = now.dense
         described = self.describe(tensor, slot)
         grad = tf.reshape(tensor, [-1])
         with tf.control_dependencies([grad]):
@@ -114,7 +114,7 @@ class LinkAwareCompressor(SparseCompressor):
         split = self.split(slot, tensor, grad)
         tail = exchange.marker()
         if first:
-            tail = tf.concat([tail, tf.cast(now[HEAD:], exchange.MARKER_DTYPE)], 0)
+            tail = tf.concat([tail, tf.cast(now.figures, exchange.MARKER_DTYPE)], 0)
         view = self.slot_view(slot, grad, split)
         values, payload, residual = self._shared_step(
             view, view_grad(grad, split), dense, began, budget.stamps_of(slot.key, tensor.shape.num_elements()),
@@ -144,7 +144,7 @@ class LinkAwareCompressor(SparseCompressor):
             values = self._shared_dense(slot.residual, slot.metrics.figures, grad, batch.dense,
                                         budget.config.drain)
             if first:
-                tail = tf.concat([tail, tf.cast(now[HEAD:], exchange.MARKER_DTYPE)], 0)
+                tail = tf.concat([tail, tf.cast(now.figures, exchange.MARKER_DTYPE)], 0)
         with tf.control_dependencies([values]):
             left = tf.timestamp()
         position = batch.join(batch_step.Member(slot, grad, described.header, described.what, self.price(slot),
@@ -158,7 +158,7 @@ class LinkAwareCompressor(SparseCompressor):
         group = exchange.open_group()
         batch = self._batches.get(group)
         if batch is None or batch.sent():
-            dense = None if budget is None else budget.now()[0] > 0.5
+            dense = None if budget is None else budget.now().dense
             batch = self._batches[group] = batch_step.Batch(self, dense, budget)
         return batch
 
@@ -197,7 +197,8 @@ class LinkAwareCompressor(SparseCompressor):
         flushed = drain * view.residual
         dense_bytes = n * grad.dtype.size
         metrics.record(view.metrics, elements=n, dense_bytes=dense_bytes, sent_elements=n, sent_bytes=dense_bytes)
-        counts = tf.stack([dense_bytes, n, n, *[tf.constant(0.0, tf.float64)] * 2])
+        zero = tf.constant(0.0, tf.float64)
+        counts = tf.stack(Counts(sent_bytes=dense_bytes, values=n, offered=n, energy=zero, least=zero))
         return grad + flushed, tf.zeros([0], tf.uint8), counts, view.residual - flushed
 
     @_OnDefaultInstance

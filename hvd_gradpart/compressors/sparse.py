@@ -33,6 +33,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from hvd_gradpart import branch, exchange, formats, fused, metrics, momentum
+from hvd_gradpart.budget import Counts
 from hvd_gradpart.compressors.base import BaseCompressor, Context, elements
 
 
@@ -242,9 +243,8 @@ class SparseCompressor(BaseCompressor):
                                        "must build the same model and the same compressor settings")
 
     def _sparse(self, view, grad, header, opens_group):
-        """Selects and records. Returns the payload to gather, float64 counts (bytes sent,
-        values sent, values the rule offered before its guards, the accumulated values'
-        energy and the least sent value squared) and the next residual;
+        """Selects and records. Returns the payload to gather, the float64 ``budget.Counts``
+        and the next residual;
         of accumulated values that hold NaN or Inf, ``_not_finite``'s.
 
         Args:
@@ -273,8 +273,8 @@ class SparseCompressor(BaseCompressor):
                        sent_bytes=sent, wire_format=encoded.format, **diagnostics)
         least = tf.reduce_min(tf.square(tf.cast(values, tf.float64)))  # +inf when nothing was sent (then unused)
         as64 = lambda x: tf.cast(x, tf.float64)
-        counts = tf.stack([as64(sent), as64(tf.size(indices)), as64(swept.candidates.count), as64(swept.energy),
-                           least])
+        counts = tf.stack(Counts(as64(sent), as64(tf.size(indices)), as64(swept.candidates.count), as64(swept.energy),
+                                 least))
         return encoded.payload, counts, residual
 
     def _nothing(self, view, grad, header, opens_group):
@@ -303,7 +303,7 @@ class SparseCompressor(BaseCompressor):
         metrics.record(view.metrics, elements=n, dense_bytes=n * grad.dtype.size, sent_elements=0, sent_bytes=sent,
                        wire_format=encoded.format)
         zero = tf.constant(0.0, tf.float64)
-        counts = tf.stack([tf.cast(sent, tf.float64), zero, zero, energy, tf.constant(float("inf"), tf.float64)])
+        counts = tf.stack(Counts(tf.cast(sent, tf.float64), zero, zero, energy, tf.constant(float("inf"), tf.float64)))
         return encoded.payload, counts
 
     @tf.function(autograph=False, experimental_attributes={"_noinline": True})
