@@ -308,7 +308,7 @@ def _read(handles, grads):
 
 def _selected(c, layout, acc, candidates, state, header):
     """The guarded selection of finite accumulated values: ``(indices, payload, sent values, format)``."""
-    indices = c.guard_all(acc, candidates, layout, state)
+    indices = c.guard_all(acc, candidates, layout, state.steps)
     encoded = exchange.encode(tf.gather(acc, indices), indices, layout.total(acc), c.value_encoding, header,
                               ascending=True)
     return indices, encoded.payload, encoded.sent, encoded.format

@@ -39,7 +39,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from hvd_gradpart import entropy, exchange, fused, metrics, partition, spectral, stats
-from hvd_gradpart.compressors import topk
+from hvd_gradpart.compressors import batch as batch_step, topk
 from hvd_gradpart.compressors.linked import LinkAwareCompressor
 from hvd_gradpart.compressors.research import GradPartResearch
 from hvd_gradpart.memory import creating_slot_variables
@@ -264,7 +264,7 @@ class GradPartCompressor(LinkAwareCompressor):
         (``owners``: ``batch.Layout.owners``)."""
         fit, key_size, edge, tau_key, tau_sparse = plan
         per = lambda x: tf.cast(x, grad.dtype)[0] if owners is None else tf.gather(tf.cast(x, grad.dtype), owners)
-        acc = residual + grad
+        acc, _ = self.accumulate(residual, grad, {})
         each = (stats.Fit(per(fit.mu), fit.alpha, fit.beta, fit.family), key_size, per(edge), per(tau_key),
                 per(tau_sparse))
         energy = tf.reduce_sum(tf.square(tf.cast(acc, tf.float32)))
@@ -281,12 +281,13 @@ class GradPartCompressor(LinkAwareCompressor):
             low = tf.clip_by_value(tf.math.ceil(self.floor(steps) * n), low, high)
         return tf.cast(low, tf.int32), tf.cast(high, tf.int32)
 
-    def guard_all(self, acc, candidates, layout, state):
-        """``guard`` of every gradient of a batch at once (``batch.Layout``): the candidates' flat
-        indices, the largest ``high`` of each gradient over its ceiling (one sort of the
-        candidates by gradient and magnitude), and exact top-k of each one under its floor (a
-        loop over those alone); ascending."""
-        low, high = self.bounds(layout.elements(acc), state.steps)
+    def guard_all(self, acc, candidates, layout, steps):
+        """The guards of every gradient of a batch at once (``batch.Layout``; ``steps``, float64
+        ``[T]``, what each prediction has seen): the candidates' flat indices, the largest
+        ``high`` of each gradient over its ceiling (``topk.top_among`` for a lone gradient, else
+        one sort of the candidates by gradient and magnitude), and exact top-k of each one under
+        its floor (the warm-up's while it lasts; a loop over those alone); ascending."""
+        low, high = self.bounds(layout.elements(acc), steps)
         counts = tf.cast(layout.count(candidates.indices), tf.int32)
         if layout.lone:
             capped = lambda: topk.top_among(acc, candidates, high[0])
@@ -297,14 +298,8 @@ class GradPartCompressor(LinkAwareCompressor):
                        lambda: indices)
 
     def guard(self, acc, candidates, steps):
-        """The candidates' indices; over the ceiling the largest of them (``topk.top_among``
-        the candidates, no pass over the tensor); under the floor (the warm-up's at
-        ``steps`` while it lasts) exact top-k of the whole tensor (``topk.top_k``)."""
-        low, high = self.bounds(tf.cast(tf.size(acc), tf.float64), steps)
-        count = candidates.count
-        capped = lambda: tf.cond(count > high, lambda: topk.top_among(acc, candidates, high),
-                                 lambda: candidates.indices)
-        return tf.cond(count < low, lambda: topk.top_k(acc, low), capped)
+        """``guard_all`` of one gradient (its prediction has seen ``steps``)."""
+        return self.guard_all(acc, candidates, batch_step.Layout((None,), self.research.sample_size), steps[None])
 
 
 def top_each(x, indices, layout, counts, high):
