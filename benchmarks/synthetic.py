@@ -34,7 +34,7 @@ def launch(method, args):
     cmd = [sys.executable, str(ROOT / "scripts" / "launch.py"), "-np", "2", "-hostfile",
            str(ROOT / "hostfiles" / "edge"), controller, sys.executable, str(CLIENT / "synthetic_client.py"),
            "--compression", method, "--model", args.model, "--alpha", str(args.alpha),
-           "--image-size", str(args.image_size), "--batch-size", str(args.batch_size),
+           "--image-size", str(args.image_size), "--classes", str(args.classes), "--batch-size", str(args.batch_size),
            "--num-warmup-batches", str(args.warmup), "--num-batches-per-iter", str(args.batches),
            "--num-iters", str(args.iters)]
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -48,7 +48,8 @@ def launch(method, args):
         raise SystemExit(f"synthetic: {method} failed (exit {done.returncode}):\n{tail}")
     row, _ = json.JSONDecoder().raw_decode(rows[0])  # a rank's later output may share the line
     return {**row, "method": method, "rate": args.rate, "controller": controller[2:],
-            "batch_size": args.batch_size, "launch_wall_s": wall_s}
+            "batch_size": args.batch_size, "image_size": args.image_size,
+            "classes": args.classes, "launch_wall_s": wall_s}
 
 
 def table(rows):
@@ -71,6 +72,7 @@ def main():
     p.add_argument("--model", default="MobileNetV2")
     p.add_argument("--alpha", type=float, default=1.0)
     p.add_argument("--image-size", type=int, default=32)
+    p.add_argument("--classes", type=int, default=10, help="with --image-size 224, 1000: the stock model")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--warmup", type=int, default=5, help="warm-up batches after the two traced steps")
     p.add_argument("--batches", type=int, default=5, help="batches per timed iteration")
