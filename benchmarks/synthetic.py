@@ -6,7 +6,7 @@
 Each compression (``--methods``: none, fp16, topk (1 %), powersgd, gradpart) is one launch of
 ``tests/parallel/synthetic_client.py`` (the shape of Horovod's TF2 synthetic benchmark: a
 ``tf.keras.applications`` model, one fixed batch, the compression built inside the traced step,
-Horovod's per-tensor path as it ships) through ``scripts/launch.py -np 2 -hostfile
+Horovod's per-tensor path as it ships, or ``--groups N``) through ``scripts/launch.py -np 2 -hostfile
 hostfiles/edge`` with MPI (what ``horovodrun`` picks when Horovod has it; ``--gloo`` for Gloo),
 under the cluster lock, on the two-node cluster shaped to ``--rate``. A row keeps the client's
 images/s per rank (mean over its timed iterations), its first two steps (tracing and compiling)
@@ -36,7 +36,7 @@ def launch(method, args):
            "--compression", method, "--model", args.model, "--alpha", str(args.alpha),
            "--image-size", str(args.image_size), "--classes", str(args.classes), "--batch-size", str(args.batch_size),
            "--num-warmup-batches", str(args.warmup), "--num-batches-per-iter", str(args.batches),
-           "--num-iters", str(args.iters)]
+           "--num-iters", str(args.iters), "--groups", str(args.groups)]
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "TF_CPP_MIN_LOG_LEVEL": "2"}
     start = time.monotonic()
@@ -77,6 +77,7 @@ def main():
     p.add_argument("--warmup", type=int, default=5, help="warm-up batches after the two traced steps")
     p.add_argument("--batches", type=int, default=5, help="batches per timed iteration")
     p.add_argument("--iters", type=int, default=3, help="timed iterations")
+    p.add_argument("--groups", type=int, default=0, help="Horovod's groups (0: per tensor, as Horovod ships)")
     p.add_argument("--gloo", action="store_true", help="Gloo instead of MPI")
     p.add_argument("--append", action="store_true", help="add to --out's rows instead of starting it anew")
     p.add_argument("--out", default=str(ROOT / "results" / "synthetic" / "mobilenetv2-20mbit.jsonl"))

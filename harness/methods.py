@@ -15,10 +15,13 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._%-]*")  # a name becomes a file name
 
 
 def option(text):
-    """``KEY=VALUE`` -> ``(key, value)``, the value decoded as JSON where it parses."""
+    """``KEY=VALUE`` -> ``(key, value)``, the value decoded as JSON where it parses (Python's
+    ``True``/``False`` too)."""
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    if value in ("True", "False"):
+        return key, value == "True"
     try:
         return key, json.loads(value)
     except json.JSONDecodeError:

@@ -558,7 +558,8 @@ INVALID = [("sample_size", 15), ("sample_size", 4096.0), ("sample_size", "4096")
            ("warmup_steps", -1), ("warmup_steps", 2.5), ("warmup_steps", "10"),
            ("fixed_density", 0.0), ("fixed_density", 1.0), ("fixed_density", math.nan),
            ("fit", 0), ("partition", "false"), ("entropy", None), ("predict", 1),
-           ("value_encoding", "int8"), ("min_elements", -1), ("min_elements", 10.5)]
+           ("value_encoding", "int8"), ("min_elements", -1), ("min_elements", 10.5),
+           ("follow_link", "False"), ("follow_link", 0)]
 
 
 @pytest.mark.parametrize("name, value", INVALID, ids=[f"{n}={v!r}" for n, v in INVALID])

@@ -11,6 +11,8 @@ def test_parse_gives_the_name_the_compressor_and_json_values():
         "fixed", "gradpart", {"entropy": False, "fixed_density": 0.001})
     assert methods.parse("t=topk,value_encoding=fp16") == ("t", "topk", {"value_encoding": "fp16"})
     assert methods.parse("gradpart") == ("gradpart", "gradpart", {})
+    assert methods.parse("g=gradpart,follow_link=False,fit=True") == (
+        "g", "gradpart", {"follow_link": False, "fit": True})
 
 
 @pytest.mark.parametrize("text, says", [("g=gradpart,fit", "KEY=VALUE"), ("g=gradpart,=1", "KEY=VALUE"),

@@ -49,7 +49,10 @@ class LinkAwareCompressor(SparseCompressor):
 
     def __init__(self, follow_link=True, **kwargs):
         super().__init__(**kwargs)
-        self.follow_link = bool(follow_link)
+        if not isinstance(follow_link, bool):
+            raise ValueError(f"follow_link must be True or False, got {follow_link!r}; leave it out for the "
+                             "default True (in a KEY=VALUE option: follow_link=false)")
+        self.follow_link = follow_link
         self.budgets = {}  # one link budget per model's step (the slot keys' prefix)
         self._batches = weakref.WeakKeyDictionary()  # exchange.Group -> its batch of this compressor
 

@@ -33,6 +33,7 @@ parser.add_argument("--batch-size", type=int, default=16)
 parser.add_argument("--num-warmup-batches", type=int, default=2)
 parser.add_argument("--num-batches-per-iter", type=int, default=3)
 parser.add_argument("--num-iters", type=int, default=2)
+parser.add_argument("--groups", type=int, default=0, help="Horovod's groups (0: per tensor, as Horovod's benchmark)")
 args = parser.parse_args()
 
 # Horovod: initialize Horovod.
@@ -55,8 +56,8 @@ def benchmark_step(first_batch):
         probs = model(images, training=True)
         loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, probs))
 
-    # Horovod: wrap the tape; only `compression` differs from stock usage.
-    tape = hvd.DistributedGradientTape(tape, compression=compression)
+    # Horovod: wrap the tape; only `compression` (and `groups` when asked) differs from stock usage.
+    tape = hvd.DistributedGradientTape(tape, compression=compression, **({"groups": args.groups} if args.groups else {}))
     gradients = tape.gradient(loss, model.trainable_variables)
     opt.apply_gradients(zip(gradients, model.trainable_variables))
 
@@ -76,7 +77,7 @@ for _ in range(args.num_iters):
 
 # BatchNorm's moving statistics stay rank-local, as under Horovod without compression.
 assert_same_on_all_ranks([v.numpy() for v in model.trainable_variables], "weights")
-result = {"compression": args.compression, "model": args.model, "gradients": len(model.trainable_variables),
+result = {"compression": args.compression, "groups": args.groups, "model": args.model, "gradients": len(model.trainable_variables),
           "first_two_steps_s": trace_s, "img_sec_per_rank": float(np.mean(img_secs)), "ratio": 1.0}
 sparse = metrics.resolve(COMPRESSORS[args.compression])
 if sparse:
