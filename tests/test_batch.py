@@ -120,9 +120,8 @@ def test_top_each_keeps_each_gradients_largest_as_top_among_does():
                      4, 4, -4, 1, 1, 1,
                      5, 6, 7, 8, 9], tf.float32)
     indices = tf.constant([0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 14, 16], tf.int32)
-    counts = tf.constant([7, 4, 2])
     high = tf.constant([3, 2, 5])
-    got = top_each(x, indices, layout, counts, high).numpy()
+    got = top_each(x, indices, layout, high).numpy()
     expected = []
     for i, k in enumerate(high.numpy()):
         at = indices.numpy()
@@ -130,6 +129,24 @@ def test_top_each_keeps_each_gradients_largest_as_top_among_does():
         candidates = topk.fused.Candidates(tf.constant(own), len(own))
         expected += topk.top_among(x, candidates, min(k, len(own))).numpy().tolist()
     assert got.tolist() == sorted(expected) == [1, 2, 6, 8, 9, 14, 16]
+
+
+@pytest.mark.parametrize("sizes", [(3000, 500, 4000), (5000,)])
+def test_top_each_narrowed_by_buckets_keeps_exactly_the_largest_ties_by_lower_index(sizes):
+    rs = np.random.RandomState(len(sizes))
+    layout = batch.Layout(sizes, sample_size=64)
+    # magnitudes over many octaves, many of them equal, so the boundary bucket holds ties
+    x = (rs.choice([-1, 1], sum(sizes)) * np.round(rs.laplace(0, 40, sum(sizes))) / 8).astype(np.float32)
+    indices = np.sort(rs.choice(sum(sizes), sum(sizes) // 2, replace=False)).astype(np.int32)
+    high = np.array([max(1, n // 50) for n in sizes] if len(sizes) > 1 else [77], np.int32)
+    high[len(high) // 2] = 10 ** 6  # a gradient under its ceiling keeps every candidate
+    got = top_each(tf.constant(x), tf.constant(indices), layout, tf.constant(high)).numpy()
+    expected = []
+    for i, offset in enumerate(np.cumsum((0,) + sizes[:-1])):
+        own = indices[(indices >= offset) & (indices < offset + sizes[i])]
+        by_size = own[np.argsort(-np.abs(x[own]), kind="stable")]  # largest first, ties by lower index
+        expected += sorted(by_size[:high[i]].tolist())
+    assert got.tolist() == expected
 
 
 def test_other_dtypes_eager_calls_and_changed_hooks_keep_the_per_gradient_step():

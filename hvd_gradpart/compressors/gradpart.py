@@ -44,6 +44,8 @@ from hvd_gradpart.compressors.linked import LinkAwareCompressor
 from hvd_gradpart.compressors.research import GradPartResearch
 from hvd_gradpart.memory import creating_slot_variables
 
+_BUCKET_SHIFT = 20  # a float32 magnitude's bits over this: exponent and 3 mantissa bits
+_BUCKETS = 1 << (31 - _BUCKET_SHIFT)
 
 
 class Prediction(NamedTuple):
@@ -284,16 +286,12 @@ class GradPartCompressor(LinkAwareCompressor):
     def guard_all(self, acc, candidates, layout, steps):
         """The guards of every gradient of a batch at once (``batch.Layout``; ``steps``, float64
         ``[T]``, what each prediction has seen): the candidates' flat indices, the largest
-        ``high`` of each gradient over its ceiling (``topk.top_among`` for a lone gradient, else
-        one sort of the candidates by gradient and magnitude), and exact top-k of each one under
+        ``high`` of each gradient over its ceiling (``top_each``), and exact top-k of each one under
         its floor (the warm-up's while it lasts; a loop over those alone); ascending."""
         low, high = self.bounds(layout.elements(acc), steps)
         counts = tf.cast(layout.count(candidates.indices), tf.int32)
-        if layout.lone:
-            capped = lambda: topk.top_among(acc, candidates, high[0])
-        else:
-            capped = lambda: top_each(acc, candidates.indices, layout, counts, high)
-        indices = tf.cond(tf.reduce_any(counts > high), capped, lambda: candidates.indices)
+        indices = tf.cond(tf.reduce_any(counts > high), lambda: top_each(acc, candidates.indices, layout, high),
+                          lambda: candidates.indices)
         return tf.cond(tf.reduce_any(counts < low), lambda: topped_up(acc, indices, layout, counts, low),
                        lambda: indices)
 
@@ -302,18 +300,35 @@ class GradPartCompressor(LinkAwareCompressor):
         return self.guard_all(acc, candidates, batch_step.Layout((None,), self.research.sample_size), steps[None])
 
 
-def top_each(x, indices, layout, counts, high):
-    """Of the ascending flat ``indices`` into ``x`` (``counts`` of each gradient of ``layout``),
-    the ``high`` of largest magnitude of each gradient (all of a gradient that has fewer),
-    ascending: one stable sort by gradient, then by magnitude, largest first (ties: the lower
-    index, as ``topk.top_among``)."""
+def top_each(x, indices, layout, high):
+    """Of the ascending flat ``indices`` into ``x`` (each gradient's own of ``layout``), the
+    ``high`` of largest magnitude of each gradient (all of a gradient that has fewer), ascending:
+    the candidates narrowed to those that can be among them (``_reaching``), then one stable sort
+    by gradient, then by magnitude, largest first (ties: the lower index, as ``topk.top_among``),
+    whose first ``high`` of each gradient are marked back in index order."""
+    magnitude = tf.bitcast(tf.abs(tf.cast(tf.gather(x, indices), tf.float32)), tf.int32)
+    reaching = _reaching(magnitude, layout.owner(indices), len(layout.sizes), high)
+    indices, magnitude = tf.boolean_mask(indices, reaching), tf.boolean_mask(magnitude, reaching)
     owner = tf.cast(layout.owner(indices), tf.int64)
-    magnitude = tf.cast(tf.bitcast(tf.abs(tf.cast(tf.gather(x, indices), tf.float32)), tf.int32), tf.int64)
-    order = tf.argsort(owner * 2 ** 31 + (2 ** 31 - 1 - magnitude), stable=True)
+    counts = tf.cast(layout.count(indices), tf.int32)
+    order = tf.argsort(owner * 2 ** 31 + (2 ** 31 - 1 - tf.cast(magnitude, tf.int64)), stable=True)
     starts = tf.gather(tf.cumsum(counts, exclusive=True), tf.cast(owner, tf.int32))
     rank = tf.range(tf.size(indices)) - tf.gather(starts, order)
     keep = rank < tf.gather(high, tf.gather(tf.cast(owner, tf.int32), order))
-    return tf.sort(tf.boolean_mask(tf.gather(indices, order), keep))
+    return tf.boolean_mask(indices, tf.scatter_nd(order[:, None], tf.cast(keep, tf.int32), tf.shape(order)) > 0)
+
+
+def _reaching(magnitude, owner, gradients, high):
+    """Whether each candidate (its magnitude's float32 bits, int32, and its gradient) can be among
+    the ``high`` largest of its gradient: its magnitude lies in the bucket (an eighth of an octave:
+    the top bits of the float) of its gradient's ``high``-th largest, or above. One histogram of
+    the candidates by gradient and bucket; exact, ties included, so the sort after it sorts about
+    ``high`` values, not every candidate."""
+    bucket = magnitude // (1 << _BUCKET_SHIFT)
+    histogram = tf.math.unsorted_segment_sum(tf.ones_like(bucket), owner * _BUCKETS + bucket, gradients * _BUCKETS)
+    at_least = tf.cumsum(tf.reshape(histogram, [gradients, _BUCKETS]), axis=1, reverse=True)
+    lowest = tf.reduce_sum(tf.cast(at_least >= high[:, None], tf.int32), axis=1) - 1  # -1: fewer than high
+    return bucket >= tf.gather(lowest, owner)
 
 
 def topped_up(x, indices, layout, counts, low):
