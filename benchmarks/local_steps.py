@@ -30,7 +30,8 @@ def summary(path, skip):
     q1, median, q3 = statistics.quantiles(ms, n=4)
     run = path.name[:-len(".steps.jsonl")]
     totals = read_jsonl(path.with_name(run + ".jsonl"))[-1].get("compression") or {}
-    density = 4 * totals["total_sent_elements"] / totals["total_dense_bytes"] if totals.get("total_dense_bytes") else None
+    dense_bytes = totals.get("total_dense_bytes")
+    density = 4 * totals["total_sent_elements"] / dense_bytes if dense_bytes else None
     return {"run": run, "steps": len(records), "step_ms": median, "q1_ms": q1, "q3_ms": q3, "density": density,
             "ratio": totals.get("compression_ratio")}
 

@@ -307,14 +307,14 @@ def top_each(x, indices, layout, high):
     by gradient, then by magnitude, largest first (ties: the lower index, as ``topk.top_among``),
     whose first ``high`` of each gradient are marked back in index order."""
     magnitude = tf.bitcast(tf.abs(tf.cast(tf.gather(x, indices), tf.float32)), tf.int32)
-    reaching = _reaching(magnitude, layout.owner(indices), len(layout.sizes), high)
-    indices, magnitude = tf.boolean_mask(indices, reaching), tf.boolean_mask(magnitude, reaching)
-    owner = tf.cast(layout.owner(indices), tf.int64)
-    counts = tf.cast(layout.count(indices), tf.int32)
-    order = tf.argsort(owner * 2 ** 31 + (2 ** 31 - 1 - tf.cast(magnitude, tf.int64)), stable=True)
-    starts = tf.gather(tf.cumsum(counts, exclusive=True), tf.cast(owner, tf.int32))
+    owner, gradients = layout.owner(indices), len(layout.sizes)
+    reaching = _reaching(magnitude, owner, gradients, high)
+    indices, magnitude, owner = (tf.boolean_mask(t, reaching) for t in (indices, magnitude, owner))
+    counts = tf.math.unsorted_segment_sum(tf.ones_like(owner), owner, gradients)
+    order = tf.argsort(tf.cast(owner, tf.int64) * 2 ** 31 + (2 ** 31 - 1 - tf.cast(magnitude, tf.int64)), stable=True)
+    starts = tf.gather(tf.cumsum(counts, exclusive=True), owner)
     rank = tf.range(tf.size(indices)) - tf.gather(starts, order)
-    keep = rank < tf.gather(high, tf.gather(tf.cast(owner, tf.int32), order))
+    keep = rank < tf.gather(high, tf.gather(owner, order))
     return tf.boolean_mask(indices, tf.scatter_nd(order[:, None], tf.cast(keep, tf.int32), tf.shape(order)) > 0)
 
 

@@ -57,7 +57,8 @@ def benchmark_step(first_batch):
         loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, probs))
 
     # Horovod: wrap the tape; only `compression` (and `groups` when asked) differs from stock usage.
-    tape = hvd.DistributedGradientTape(tape, compression=compression, **({"groups": args.groups} if args.groups else {}))
+    grouped = {"groups": args.groups} if args.groups else {}
+    tape = hvd.DistributedGradientTape(tape, compression=compression, **grouped)
     gradients = tape.gradient(loss, model.trainable_variables)
     opt.apply_gradients(zip(gradients, model.trainable_variables))
 
@@ -77,8 +78,9 @@ for _ in range(args.num_iters):
 
 # BatchNorm's moving statistics stay rank-local, as under Horovod without compression.
 assert_same_on_all_ranks([v.numpy() for v in model.trainable_variables], "weights")
-result = {"compression": args.compression, "groups": args.groups, "model": args.model, "gradients": len(model.trainable_variables),
-          "first_two_steps_s": trace_s, "img_sec_per_rank": float(np.mean(img_secs)), "ratio": 1.0}
+result = {"compression": args.compression, "groups": args.groups, "model": args.model,
+          "gradients": len(model.trainable_variables), "first_two_steps_s": trace_s,
+          "img_sec_per_rank": float(np.mean(img_secs)), "ratio": 1.0}
 sparse = metrics.resolve(COMPRESSORS[args.compression])
 if sparse:
     totals = summary(sparse)
