@@ -4,12 +4,12 @@ from hvd_gradpart import requirements
 requirements.check()
 
 from hvd_gradpart.compressors import (COMPRESSORS, BaseCompressor, DGCCompressor, GradPartCompressor,  # noqa: E402
-                                      GradPartResearch, PowerSGDCompressor, SIDCoCompressor, SparseCompressor,
+                                      GradPartResearch, KeyedCompressor, KeyedResearch, PowerSGDCompressor, SIDCoCompressor, SparseCompressor,
                                       TopKCompressor, VarianceCompressor, get_compressor)
 from hvd_gradpart.metrics import CompressionLogger, MetricsCallback, figures, snapshot, summary  # noqa: E402
 from hvd_gradpart.requirements import UntestedVersionWarning  # noqa: E402
 
-__all__ = ["COMPRESSORS", "BaseCompressor", "DGCCompressor", "GradPartCompressor", "GradPartResearch",
+__all__ = ["COMPRESSORS", "BaseCompressor", "DGCCompressor", "GradPartCompressor", "GradPartResearch", "KeyedCompressor", "KeyedResearch",
            "PowerSGDCompressor", "SIDCoCompressor", "SparseCompressor", "TopKCompressor", "VarianceCompressor",
            "get_compressor",
            "CompressionLogger", "MetricsCallback", "figures", "snapshot", "summary", "UntestedVersionWarning"]

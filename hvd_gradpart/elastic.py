@@ -8,8 +8,9 @@ new ones included. A compressor holds two kinds of state. *Rank-local*: each
 rank's residuals (the gradient mass it has not sent yet) and per-gradient
 method state (GradPart's predicted fit and step count), made from its own
 gradients. *Shared*: what every rank derives from the same gathered sums and
-must hold alike, the link budget (``hvd_gradpart.budget``) and the last sum
-handed to a momentum optimizer (``hvd_gradpart.momentum``). ``track`` adds the
+must hold alike, the link budget (``hvd_gradpart.budget``), the last sum
+handed to a momentum optimizer (``hvd_gradpart.momentum``) and the keyed exchange's
+rates and prediction (``SHARED_STATE``). ``track`` adds the
 rank-local state and that sum to the commit: a ``restore`` puts every residual
 back to its value at the same commit as the weights, and a residual made since
 that commit back to zero, so no step's gradient is applied twice (once through
@@ -77,13 +78,15 @@ class CompressorState:
                 var.assign(value)
 
     def restart_shared(self):
-        """Restarts every link budget of the compressor and forgets the last sums handed to the
-        optimizer (at a reset, on every rank: a joining rank holds none)."""
+        """Restarts every link budget of the compressor, forgets the last sums handed to the
+        optimizer and restarts the state every rank derives alike (``SHARED_STATE``: the keyed
+        exchange's rates and prediction), at a reset, on every rank: a joining rank holds none."""
         for module in self.compressor.submodules:
             if isinstance(module, Budget):
                 module.restart()
         for slot in self.compressor.memory.slots.values():
             slot.forget_delivered()
+            slot.restart(self.compressor.SHARED_STATE)
 
 
 def track(state, compression):

@@ -195,6 +195,12 @@ class Slot(tf.Module):
             self.state[name].assign(init(n, dtype))
         self.forget_delivered()
 
+    def restart(self, names):
+        """Puts the per-method variables ``names`` back to their values at creation."""
+        n, dtype = self.residual.shape.num_elements(), self.residual.dtype
+        for name in names:
+            self.state[name].assign(self._state_spec[name](n, dtype))
+
     def forget_delivered(self):
         """Zeros ``delivered`` (its value at creation), where it exists."""
         if self.delivered is not None:

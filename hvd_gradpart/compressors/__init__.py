@@ -4,6 +4,7 @@ from horovod.tensorflow.compression import Compression
 from hvd_gradpart.compressors.base import BaseCompressor
 from hvd_gradpart.compressors.dgc import DGCCompressor
 from hvd_gradpart.compressors.gradpart import GradPartCompressor
+from hvd_gradpart.compressors.keyed import KeyedCompressor, KeyedResearch
 from hvd_gradpart.compressors.powersgd import PowerSGDCompressor
 from hvd_gradpart.compressors.research import GradPartResearch
 from hvd_gradpart.compressors.sidco import SIDCoCompressor
@@ -16,6 +17,7 @@ COMPRESSORS = {
     "fp16": Compression.fp16,
     "topk": TopKCompressor,
     "gradpart": GradPartCompressor,
+    "gradpart-keyed": KeyedCompressor,
     "variance": VarianceCompressor,
     "dgc": DGCCompressor,
     "sidco": SIDCoCompressor,

@@ -92,6 +92,7 @@ class BaseCompressor(Compressor, tf.Module, metaclass=SharedWhileTracing):
 
     __signature__ = _InitSignature()
     RESEARCH = None  # the type of the method's research config (its ``research`` argument), if any
+    SHARED_STATE = ()  # the per-gradient state every rank derives alike (restarted at an elastic reset)
     _defaults = {}
     _TF_MODULE_IGNORED_PROPERTIES = tf.Module._TF_MODULE_IGNORED_PROPERTIES | {"_alone", "_unfolded"}
 
