@@ -6,9 +6,8 @@ import pytest
 import tensorflow as tf
 
 from conftest import horovodrun
-from hvd_gradpart import KeyedCompressor, KeyedResearch
+from hvd_gradpart import KeyedCompressor, KeyedResearch, elastic, fused, stats
 from hvd_gradpart.compressors import keyed
-from hvd_gradpart import fused, stats
 
 hvd.init()
 
@@ -69,7 +68,8 @@ def test_one_process_round_trip_keeps_error_feedback_exact():
     assert 0 < np.count_nonzero(total_out) < 4096
 
 
-@pytest.mark.parametrize("make", [lambda: KeyedCompressor(density_ceiling=0), lambda: KeyedCompressor(density_ceiling=True),
+@pytest.mark.parametrize("make", [lambda: KeyedCompressor(density_ceiling=0),
+                                  lambda: KeyedCompressor(density_ceiling=True),
                                   lambda: KeyedResearch(nominate=0), lambda: KeyedResearch(margin=-1.0),
                                   lambda: KeyedResearch(sample_size=4)])
 def test_invalid_settings_name_the_argument(make):
@@ -87,3 +87,19 @@ def test_two_ranks_exact_nan_disagreement_and_grouped_training():
 def test_three_ranks_under_mpi():
     out = horovodrun("keyed_check.py", np=3, backend="mpi", timeout=600)
     assert out.count("a disagreement stopped") >= 1 and "trains in a group" in out, out[-3000:]
+
+
+def test_an_elastic_reset_restarts_the_shared_state_and_keeps_the_residual():
+    comp = KeyedCompressor()
+    step = tf.function(lambda g: comp.decompress(*comp.compress(g)))
+    rng = np.random.RandomState(2)
+    for _ in range(4):
+        step(tf.constant(rng.randn(4096).astype(np.float32)))
+    slot = next(iter(comp.memory.slots.values()))
+    residual = slot.residual.numpy().copy()
+    assert np.any(slot.state["rate"].numpy() != 0)
+    elastic.CompressorState(comp).restart_shared()
+    np.testing.assert_array_equal(slot.state["rate"].numpy(), np.zeros(4097))
+    np.testing.assert_array_equal(slot.state["last"].numpy(), np.zeros(4097))
+    assert slot.state["prediction"].numpy()[3] == 0.0
+    np.testing.assert_array_equal(slot.residual.numpy(), residual)

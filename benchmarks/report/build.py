@@ -52,15 +52,23 @@ def tta_section(results, cells):
     parts = []
     for model in dict.fromkeys(m for m, _ in cells):
         links = {link: cell for (m, link), cell in cells.items() if m == model and tta_table.rows(cell)}
-        for link, cell in links.items():
-            cell_rows = tta_table.rows(cell)
-            parts += [tta_table.caption(model, link, cell_rows), "", tta_table.markdown(cell_rows), ""]
+        parts.append(cell_tables({(model, link): cell for link, cell in links.items()}))
         if links:
             png = f"tta-{model}.png"
             plots.time_to_accuracy({link: (tta_table.median_runs(cell), tta_table.median_targets(cell))
                                     for link, cell in links.items()}, results / "plots" / png,
                                    f"{model}: test accuracy by training seconds (median seed)")
             parts += [f"![{model} time to accuracy](../results/plots/{png})", ""]
+    return "\n".join(parts)
+
+
+def cell_tables(cells):
+    """Per (model, link) its caption and time-to-accuracy table, no plot (a side-by-side study)."""
+    parts = []
+    for (model, link), cell in cells.items():
+        cell_rows = tta_table.rows(cell)
+        if cell_rows:
+            parts += [tta_table.caption(model, link, cell_rows), "", tta_table.markdown(cell_rows), ""]
     return "\n".join(parts)
 
 
@@ -252,6 +260,9 @@ def main(argv=None):
         shaped = {cell: runs for cell, runs in tta.items() if cell[1] in README_LINKS}
         blocks["tta-headline"] = tta_table.headline(shaped)
         blocks["pick"] = tta_table.picks(shaped)
+    keyed = tta_table.load(results / "tta-keyed")
+    if keyed:
+        blocks["tta-keyed"] = cell_tables(keyed)
     throughput_file = results / "throughput.jsonl"
     rows = br.read_jsonl(throughput_file) if throughput_file.exists() else []
     if rows:

@@ -111,7 +111,8 @@ def check_grouped_training():
     _, _, dense = grouped_training(hvd.Compression.none)
     assert_same_on_all_ranks(weights, "grouped weights")
     print(f"grouped: loss {before:.3f} -> keyed {after:.3f}, none {dense:.3f}", flush=True)
-    check(before - after > 0.6 * (before - dense), f"grouped training: loss {before:.3f} -> {after:.3f}, none {dense:.3f}")
+    check(before - after > 0.6 * (before - dense),
+          f"grouped training: loss {before:.3f} -> {after:.3f}, none {dense:.3f}")
     ok(f"trains in a group (groups=1), ranks bit-identical, loss {before:.3f} -> {after:.3f} (none {dense:.3f})")
 
 
