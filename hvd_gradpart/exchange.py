@@ -89,11 +89,12 @@ def sent_bytes(payload, opens_group=False):
     return tf.size(payload) + COUNT_BYTES * (1 + tf.cast(opens_group, tf.int32)) + MARKER_DTYPE.size
 
 
-def _clip_to(values, wire):
-    """Clips to ``wire``'s finite range when it is narrower (the excess stays in the residual)."""
-    if wire.size >= values.dtype.size:
-        return values
-    return tf.clip_by_value(values, tf.cast(wire.min, values.dtype), tf.cast(wire.max, values.dtype))
+def to_wire(values, wire):
+    """``values`` in the ``wire`` dtype, clipped to its finite range when it is narrower (the
+    excess stays in the residual)."""
+    if wire.size < values.dtype.size:
+        values = tf.clip_by_value(values, tf.cast(wire.min, values.dtype), tf.cast(wire.max, values.dtype))
+    return tf.cast(values, wire)
 
 
 def digest(text):
@@ -106,7 +107,7 @@ def encode(values, indices, n, encoding="native", header_digest=0, ascending=Fal
     one payload, in the smallest format (or in ``form``, one of ``formats.FORMATS``: no pricing);
     ``ascending``: the indices are (else they are sorted, and ``sent`` is in the order given)."""
     wire = wire_dtype(values.dtype, encoding)
-    on_wire = tf.cast(_clip_to(values, wire), wire)
+    on_wire = to_wire(values, wire)
     payload, form = formats.encode(on_wire, indices, n, header_digest, form=form, ascending=ascending)
     return Encoded(payload, tf.cast(on_wire, values.dtype), form)
 

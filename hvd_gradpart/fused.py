@@ -75,7 +75,12 @@ def mask_bytes(acc, mask=None):
     marked = tf.logical_not(tf.math.is_finite(acc))
     if mask is not None:
         marked = marked | mask
-    return tf.pad(tf.cast(marked, tf.uint8), [[0, tf.math.floormod(-tf.size(acc), WORD)]])
+    return word_bytes(marked)
+
+
+def word_bytes(mask):
+    """A bool mask as uint8, padded to whole words, as ``compact`` takes it."""
+    return tf.pad(tf.cast(mask, tf.uint8), [[0, tf.math.floormod(-tf.size(mask), WORD)]])
 
 
 def compact(marked):

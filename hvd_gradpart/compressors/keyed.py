@@ -40,7 +40,7 @@ from hvd_gradpart import entropy, exchange, fused, metrics, momentum, stats
 from hvd_gradpart.compressors.base import SPARSE_DTYPES, BaseCompressor, _OnDefaultInstance
 from hvd_gradpart.compressors.gradpart import _START, Prediction
 
-TAIL = 6  # the vector's last elements: the fresh gradient's mean, E|g - mean|, E(g - mean)^2, flag, digest d, d^2
+TAIL = 6  # the vector's last elements: ``moments`` of the fresh gradient (3), the flag, a digest d, d^2
 _OFFERED, _GAIN, _MOVE = 2.0, 0.5, 1.5  # a rank's candidates aim at twice its capacity, moving its
                                        # threshold by the root of the miss, at most 1.5x a step
 _DIGESTS = {tf.float16: 4, tf.bfloat16: 2}  # digests whose d^2 a sum of 16 ranks holds exactly (else 64)
@@ -132,7 +132,7 @@ class KeyedCompressor(BaseCompressor):
         if tensor.dtype in SPARSE_DTYPES:
             wire = exchange.wire_dtype(tensor.dtype, self.value_encoding)
             if wire != tensor.dtype:
-                return tf.cast(exchange._clip_to(tensor, wire), wire), tensor.dtype
+                return exchange.to_wire(tensor, wire), tensor.dtype
         return tensor, None
 
     def _compress(self, tensor):
@@ -154,12 +154,12 @@ class KeyedCompressor(BaseCompressor):
             tf.gather(state["rate"], k) * (tf.cast(t, dtype) - tf.gather(state["last"], k))),
             self.ceiling(n))
         candidates = fused.compact(candidate_bytes)
-        values = tf.cast(exchange._clip_to(tf.gather(acc, key), wire), wire)
+        values = exchange.to_wire(tf.gather(acc, key), wire)
         kept = fused.subtract_at(acc, key, tf.cast(values, dtype))
         capacity = max(1, math.ceil(self.research.nominate * n))
         nominees = capped(candidates.indices, lambda c: tf.abs(tf.gather(kept, c)), capacity)
         count = tf.size(nominees)
-        outliers = tf.cast(exchange._clip_to(tf.gather(kept, nominees), wire), wire)
+        outliers = exchange.to_wire(tf.gather(kept, nominees), wire)
         kept = fused.subtract_at(kept, nominees, tf.cast(outliers, dtype))
         payload = pack(tf.pad(nominees, [[0, capacity - count]], constant_values=n),  # one shape: padded
                        tf.pad(outliers, [[0, capacity - count]]))                    # with the spare n
@@ -205,8 +205,9 @@ class KeyedCompressor(BaseCompressor):
 
     @_OnDefaultInstance
     def decompress(self, tensor, ctx):
-        """The reduced key area scattered into a dense gradient; the residual and the shared state
-        stored when every rank's flag was finite (else a NaN gradient, nothing stored)."""
+        """The reduced key area and every rank's nominations scattered into a dense gradient; the
+        residual and the shared state stored when every rank's flag was finite (else a NaN at
+        element 0, nothing stored)."""
         if not isinstance(ctx, KeyedContext):
             return tensor if ctx is None else tf.cast(tensor, ctx)
         n, size, dtype = ctx.original.shape.num_elements(), tf.size(ctx.key), ctx.original.dtype
@@ -218,7 +219,7 @@ class KeyedCompressor(BaseCompressor):
                                     [ctx.mismatch])  # the digests' variance over ranks: 0 when they agree
         values = tf.cast(tensor[:size], dtype)
         nominees, outliers = unpack(ctx.outliers, ctx.local.capacity, tensor.dtype)
-        outliers = tf.cast(outliers, dtype) * tf.cast(tail[-3] / tf.cast(exchange.world_size(), tf.float64), dtype)
+        outliers = tf.cast(outliers, dtype) * tf.cast(flag / tf.cast(exchange.world_size(), tf.float64), dtype)
         poison = tf.where(finite, tf.constant(0.0, dtype), tf.constant(float("nan"), dtype))  # at element 0
         with tf.control_dependencies([agree]):
             at = tf.concat([ctx.key, tf.minimum(nominees, n - 1), [0]], 0)  # padding adds its 0 to element n - 1
@@ -271,8 +272,7 @@ def _sweep(residual, grad, rate, last, t, tau, at):
     acc = residual + grad
     n = tf.size(acc)
     key = tf.abs(rate[:n] * (t - last[:n])) > tau
-    key_bytes = tf.pad(tf.cast(key, tf.uint8), [[0, tf.math.floormod(-tf.size(acc), fused.WORD)]])
-    return acc, key_bytes, fused.mask_bytes(acc, (tf.abs(acc) > at) & tf.logical_not(key))
+    return acc, fused.word_bytes(key), fused.mask_bytes(acc, (tf.abs(acc) > at) & tf.logical_not(key))
 
 
 @tf.function(jit_compile=True)
