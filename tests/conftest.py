@@ -2,7 +2,10 @@
 scripts that must run under ``horovodrun`` with several ranks, the
 cluster lock that every module marked ``cluster`` holds while it runs, and
 the two tiers: ``make test`` runs what is not marked ``slow`` (minutes),
-``make test-all`` everything; cluster tests are always ``slow``."""
+``make test-slow`` the rest, ``make test-all`` everything; cluster tests are always ``slow``.
+The fast tier runs on two pytest-xdist workers (``JOBS``): its tests run in one process each,
+with one TensorFlow thread; the slow tier's launches run one at a time (two at once on two cores
+doubled each one's time, measured)."""
 import fcntl
 import os
 import subprocess

@@ -98,6 +98,40 @@ def test_without_an_optimizer_on_the_stack_gradpart_hands_over_nothing_until_tol
     momentum.follow(hvd.Compression.fp16, tf.keras.optimizers.SGD(0.1, momentum=0.9))  # nothing to tell
 
 
+def tape_step(comp, optimizer=None, other=None):
+    """A ``tf.function`` step as users write it with ``hvd.DistributedGradientTape``: the tape's
+    gradient through ``comp`` (as the wrapper calls it), then the optimizers it names apply it."""
+    w = tf.Variable(tf.random.stateless_normal([64, 64], seed=[0, 1]))
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(w ** 3)
+        grad = comp.decompress(*comp.compress(tape.gradient(loss, w)))
+        if optimizer is not None:
+            optimizer.apply_gradients([(grad, w)])
+        if other is not None:
+            other.apply_gradients([(grad, w)])
+    step()
+    (slot,) = comp.memory.slots.values()
+    return slot
+
+
+@pytest.mark.parametrize("optimizer, beta", [(tf.keras.optimizers.SGD(0.1, momentum=0.9), 0.9),
+                                             (tf.keras.optimizers.legacy.SGD(0.1, momentum=0.5), 0.5),
+                                             (tf.keras.optimizers.Adam(), 0.0), (None, 0.0)])
+def test_under_a_tape_gradpart_takes_the_momentum_of_the_optimizer_its_step_names(optimizer, beta):
+    slot = tape_step(GradPartCompressor(follow_link=False), optimizer)
+    assert (slot.delivered is not None) == (beta > 0)
+
+
+def test_a_step_naming_optimizers_that_disagree_hands_over_nothing_and_says_what_to_set():
+    with pytest.warns(UserWarning, match="pass optimizer_momentum"):
+        slot = tape_step(GradPartCompressor(follow_link=False), tf.keras.optimizers.SGD(0.1, momentum=0.9),
+                         tf.keras.optimizers.Adam())
+    assert slot.delivered is None
+
+
 @pytest.mark.parametrize("optimizer, beta", [
     (tf.keras.optimizers.SGD(0.1, momentum=0.9), 0.9), (tf.keras.optimizers.legacy.SGD(0.1, momentum=0.5), 0.5),
     (tf.keras.optimizers.legacy.SGD(0.1), 0.0), (tf.keras.optimizers.Adam(), 0.0),

@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from common import assert_same_on_all_ranks, check, gather_np, init, ok
-from hvd_gradpart import KeyedCompressor, KeyedResearch
+from hvd_gradpart import KeyedCompressor, KeyedResearch, metrics
 
 RANK, SIZE = init()
 N = 8192
@@ -113,7 +113,11 @@ def check_grouped_training():
     print(f"grouped: loss {before:.3f} -> keyed {after:.3f}, none {dense:.3f}", flush=True)
     check(before - after > 0.6 * (before - dense),
           f"grouped training: loss {before:.3f} -> {after:.3f}, none {dense:.3f}")
-    ok(f"trains in a group (groups=1), ranks bit-identical, loss {before:.3f} -> {after:.3f} (none {dense:.3f})")
+    slots = metrics.resolve(KeyedCompressor).memory.slots.values()
+    check(all(slot.delivered is not None for slot in slots),
+          "under a tape, nothing set: the sums were not handed to the step's SGD momentum")
+    ok(f"trains in a group (groups=1), ranks bit-identical, loss {before:.3f} -> {after:.3f} (none {dense:.3f}), "
+       "the sums handed to the momentum the step's optimizer has")
 
 
 if __name__ == "__main__":
