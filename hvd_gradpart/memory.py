@@ -79,14 +79,17 @@ def called_at_call_time():
     return True
 
 
+def frames():
+    """The frames on the Python stack, innermost (the caller's) first."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+
 def callers():
     """The ``self`` of every method running on the Python stack, innermost first."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        owner = frame.f_locals.get("self")
-        if owner is not None:
-            yield owner
-        frame = frame.f_back
+    return (frame.f_locals["self"] for frame in frames() if frame.f_locals.get("self") is not None)
 
 
 def tracing_function():

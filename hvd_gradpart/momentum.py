@@ -25,13 +25,12 @@ in ``opt.apply_gradients`` does (0 when none is named, and when those named disa
 or ``optimizer_momentum`` then says which). Under an optimizer without momentum ``beta`` must be
 0: the hand-over would otherwise multiply each sum by ``1 / (1 - beta)``.
 """
-import sys
 import warnings
 
 import tensorflow as tf
 
 from hvd_gradpart import branch, fused
-from hvd_gradpart.memory import callers
+from hvd_gradpart.memory import callers, frames
 from hvd_gradpart.metrics import resolve
 
 
@@ -89,23 +88,24 @@ def calling_optimizer():
 def named_by_the_step():
     """The momentum of the Keras optimizers that the innermost frame of the user's code naming any
     reads (its local, free and global names, and ``self.optimizer``), when they agree; 0.0 when no
-    frame names one, or with a warning when they disagree."""
-    kinds, frame = _optimizers(), sys._getframe(1)
-    while frame is not None:
-        if not frame.f_globals.get("__name__", "").split(".")[0] in LIBRARIES:
-            code, owner = frame.f_code, frame.f_locals.get("self")
-            seen = [frame.f_locals.get(name, frame.f_globals.get(name))
-                    for name in {*code.co_names, *code.co_varnames, *code.co_freevars}]
-            seen.append(getattr(owner, "optimizer", None) if "optimizer" in code.co_names else None)
-            betas = {of_optimizer(value) for value in seen if isinstance(value, kinds)}
-            if len(betas) == 1:
-                return betas.pop()
-            if betas:
-                warnings.warn(f"hvd_gradpart: the step names optimizers of momenta {sorted(betas)}; no "
-                              "sums are handed over: pass optimizer_momentum to the compressor, or call "
-                              "hvd_gradpart.momentum.follow(compression, optimizer)", stacklevel=2)
-                return 0.0
-        frame = frame.f_back
+    frame names one, or with a warning when they disagree. Runs at trace time only."""
+    kinds = _optimizers()
+    for frame in frames():
+        if frame.f_globals.get("__name__", "").split(".")[0] in LIBRARIES:
+            continue
+        code = frame.f_code
+        seen = [frame.f_locals.get(name, frame.f_globals.get(name))
+                for name in {*code.co_names, *code.co_varnames, *code.co_freevars}]
+        if "optimizer" in code.co_names:
+            seen.append(getattr(frame.f_locals.get("self"), "optimizer", None))
+        betas = {of_optimizer(value) for value in seen if isinstance(value, kinds)}
+        if len(betas) > 1:
+            warnings.warn(f"hvd_gradpart: the step names optimizers of momenta {sorted(betas)}; no "
+                          "sums are handed over: pass optimizer_momentum to the compressor, or call "
+                          "hvd_gradpart.momentum.follow(compression, optimizer)", stacklevel=2)
+            return 0.0
+        if betas:
+            return betas.pop()
     return 0.0
 
 
